@@ -1,0 +1,229 @@
+"""The whole exception tree of ``agency_runtime``.
+
+Every error a user can cause derives from :class:`AgencyError` and has a message that says
+what happened and how to fix it. Lower-layer errors (``sqlite3``, litellm, HTTP) are mapped
+into these classes at the boundary, with the original chained as ``__cause__``.
+
+Control-flow signals (:class:`RunPaused`, :class:`RestoreSignal`) derive from
+``BaseException`` like ``asyncio.CancelledError``, so a user's ``except Exception:`` never
+swallows them.
+
+Tree::
+
+    AgencyError
+    ├── InvalidArgumentError (also ValueError)
+    ├── OutsideFrameError (also RuntimeError)
+    ├── StoreError
+    │   ├── StoreUnavailableError
+    │   └── StoreSchemaError
+    ├── RunNotFoundError (also LookupError)
+    ├── RunConflictError
+    ├── EntryImportError
+    ├── RunFailedError
+    ├── RunPausedError
+    ├── ResultSerializationError
+    │   └── StepResultError
+    ├── NondeterminismError
+    ├── CheckpointError
+    ├── HandlerRecursionError
+    ├── AgencyCancelledError
+    ├── GuardExceededError
+    ├── GuardApproveError
+    ├── LockReentryError
+    ├── LockTimeoutError
+    └── StructuredOutputError
+
+    RunPaused (BaseException)
+    RestoreSignal (BaseException)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._results import RunResult
+
+__all__ = [
+    "AgencyCancelledError",
+    "AgencyError",
+    "CheckpointError",
+    "EntryImportError",
+    "GuardApproveError",
+    "GuardExceededError",
+    "HandlerRecursionError",
+    "InvalidArgumentError",
+    "LockReentryError",
+    "LockTimeoutError",
+    "NondeterminismError",
+    "OutsideFrameError",
+    "RestoreSignal",
+    "ResultSerializationError",
+    "RunConflictError",
+    "RunFailedError",
+    "RunNotFoundError",
+    "RunPaused",
+    "RunPausedError",
+    "StepResultError",
+    "StoreError",
+    "StoreSchemaError",
+    "StoreUnavailableError",
+    "StructuredOutputError",
+]
+
+
+class AgencyError(Exception):
+    """Base class of every error raised by agency_runtime."""
+
+
+class InvalidArgumentError(AgencyError, ValueError):
+    """An argument had a value the runtime cannot accept."""
+
+
+class OutsideFrameError(AgencyError, RuntimeError):
+    """An ``agency.*`` member that needs a run was called outside any execution frame."""
+
+    def __init__(self, member: str) -> None:
+        self.member = member
+        super().__init__(
+            f"agency.{member} was called outside an agency execution frame. "
+            "Call it from code running inside `agency.run(...)` / `agency.run_sync(...)`, "
+            "or, in a unit test, wrap the call in `agency.with_test_context(fn=...)` "
+            "or `with agency.test_context():`."
+        )
+
+
+class StoreError(AgencyError):
+    """The durable store failed to read or write."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store named by a URL could not be opened (bad URL, unwritable path, missing extra)."""
+
+
+class StoreSchemaError(StoreError):
+    """The store holds data in a schema this version of agency-runtime cannot use."""
+
+
+class RunNotFoundError(AgencyError, LookupError):
+    """No run with the given run id exists in the store."""
+
+    def __init__(self, run_id: str, store: str | None = None) -> None:
+        self.run_id = run_id
+        where = f" in store {store}" if store else ""
+        super().__init__(
+            f"no run with id {run_id!r}{where}; "
+            "list the runs with `agency.runs.list()` to find the right id"
+        )
+
+
+class RunConflictError(AgencyError):
+    """A run id was reused with a different entry or different arguments."""
+
+    def __init__(self, run_id: str, differences: list[str]) -> None:
+        self.run_id = run_id
+        self.differences = differences
+        detail = "; ".join(differences)
+        super().__init__(
+            f"run {run_id!r} already exists with different inputs: {detail}. "
+            "A run id is an idempotency key: reuse it only with the same entry and "
+            "arguments, or pick a new run id."
+        )
+
+
+class EntryImportError(AgencyError):
+    """A run's entry could not be re-imported from its recorded ``module:qualname``."""
+
+
+class RunFailedError(AgencyError):
+    """``RunResult.unwrap()`` was called on a run that failed or was cancelled."""
+
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+        error = result.error
+        what = f"{error.type}: {error.message}" if error is not None else result.status
+        super().__init__(f"run {result.run_id!r} {result.status}: {what}")
+
+
+class RunPausedError(AgencyError):
+    """``RunResult.unwrap()`` was called on a run that is paused waiting for answers."""
+
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+        count = len(result.interrupts)
+        super().__init__(
+            f"run {result.run_id!r} is paused on {count} interrupt(s); answer them with "
+            "`await agency.respond_to_interrupts(result, responses)`"
+        )
+
+
+class ResultSerializationError(AgencyError):
+    """A value that must be stored durably cannot be serialized to JSON."""
+
+
+class StepResultError(ResultSerializationError):
+    """A resumable step returned a value that cannot be journaled as JSON."""
+
+
+class NondeterminismError(AgencyError):
+    """A replayed run called different steps than the journal recorded."""
+
+
+class CheckpointError(AgencyError):
+    """A checkpoint does not exist, or restoring it looped too many times."""
+
+
+class HandlerRecursionError(AgencyError):
+    """Interrupt handlers were nested more deeply than allowed."""
+
+
+class AgencyCancelledError(AgencyError):
+    """The run (or its branch) was cancelled, by ``ctx.cancel()`` or a time guard."""
+
+    def __init__(self, message: str = "Agent execution was cancelled", *, cause: Any = None):
+        self.agency_cause = cause
+        super().__init__(message)
+
+
+class GuardExceededError(AgencyError):
+    """A cost or time guard's budget was exceeded."""
+
+    def __init__(
+        self,
+        type: str,
+        limit: float,
+        spent: float,
+        guard_id: str,
+        label: str | None = None,
+    ) -> None:
+        self.type = type
+        self.limit = limit
+        self.spent = spent
+        self.guard_id = guard_id
+        self.label = label
+        name = f'guard "{label}"' if label else "guard"
+        super().__init__(f"{name} exceeded: {type} limit {limit}, spent {spent}")
+
+
+class GuardApproveError(AgencyError):
+    """A guard approval did not grant enough budget to continue."""
+
+
+class LockReentryError(AgencyError):
+    """An owner tried to acquire a lock it already holds."""
+
+
+class LockTimeoutError(AgencyError, TimeoutError):
+    """Waiting for a lock took longer than its timeout."""
+
+
+class StructuredOutputError(AgencyError):
+    """The model's answer never matched the requested schema within the allowed retries."""
+
+
+class RunPaused(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Signal: the run paused on interrupts; the run boundary turns it into a paused result."""
+
+
+class RestoreSignal(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Signal: ``agency.restore`` asks the run boundary to rewind to a checkpoint."""

@@ -1,0 +1,270 @@
+"""The ``agency`` namespace: thin, typed wrappers over the current frame.
+
+Every member reads the current :class:`~agency_runtime._frame.Frame`. Strict readers raise
+:class:`OutsideFrameError` (naming the member and the fix) outside a frame; lax readers
+(``ctx_maybe``, ``callsite``, ``thread.store_maybe``, ``threads.current``) return ``None``.
+Every ``with_x(..., fn)`` takes a sync or async ``fn`` and returns an awaitable of its
+result; each has a context-manager form that installs the same frame.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from ._context import AbortSignal, BranchState, RuntimeContext
+from ._errors import InvalidArgumentError, RunNotFoundError
+from ._frame import CallsiteLocation, Frame, call_in_frame, current_frame, current_frame_maybe, use_frame
+from ._money import usd_to_pico
+from ._results import RunStatus
+from ._run import run, run_sync
+from ._store import RunRecord, Store, resolve_store
+from ._threads import Message, MessageContent, MessageThread, ThreadInfo, ThreadStore, normalize_thread_id
+
+__all__ = ["Agency", "agency"]
+
+T = TypeVar("T")
+Fn = Callable[[], T | Awaitable[T]]
+
+
+def _check_fn(fn: object, member: str) -> None:
+    if not callable(fn):
+        raise InvalidArgumentError(
+            f"agency.{member} needs a callable taking no arguments (sync or async), "
+            f"got {type(fn).__name__}"
+        )
+
+
+class ThreadNamespace:
+    """``agency.thread``: the active message thread of the current frame."""
+
+    def current(self) -> MessageThread:
+        """The active thread; one is created and made active when there is none."""
+        return current_frame("thread.current()").threads.get_or_create_active()
+
+    def user(self, content: MessageContent) -> None:
+        """Push a user message onto the active thread."""
+        current_frame("thread.user()").threads.get_or_create_active().add("user", content)
+
+    def system(self, content: MessageContent) -> None:
+        """Push a system message onto the active thread."""
+        current_frame("thread.system()").threads.get_or_create_active().add("system", content)
+
+    def assistant(self, content: MessageContent) -> None:
+        """Push an assistant message onto the active thread."""
+        current_frame("thread.assistant()").threads.get_or_create_active().add("assistant", content)
+
+    def store(self) -> ThreadStore:
+        """The current frame's :class:`ThreadStore`."""
+        return current_frame("thread.store()").threads
+
+    def store_maybe(self) -> ThreadStore | None:
+        """The current frame's :class:`ThreadStore`, or ``None`` outside a frame."""
+        frame = current_frame_maybe()
+        return None if frame is None else frame.threads
+
+    def _switched(self, thread_id: str | int, member: str) -> Frame:
+        frame = current_frame(member)
+        return frame.evolve(threads=frame.threads.view(thread_id))
+
+    def with_(self, thread_id: str | int, fn: Fn[T]) -> Awaitable[T]:
+        """Run ``fn`` with ``thread_id`` as the active thread; the switch ends with ``fn``."""
+        _check_fn(fn, "thread.with_()")
+        return call_in_frame(self._switched(thread_id, "thread.with_()"), fn)
+
+    @contextmanager
+    def use(self, thread_id: str | int) -> Iterator[MessageThread]:
+        """``with agency.thread.use(thread_id) as thread:`` — a scoped switch of active thread."""
+        frame = self._switched(thread_id, "thread.use()")
+        with use_frame(frame):
+            yield frame.threads.get(thread_id)
+
+
+class ThreadsNamespace:
+    """``agency.threads``: read-only listings of the current frame's threads."""
+
+    def list(self) -> builtins.list[ThreadInfo]:
+        """Every visible thread (``id`` as ``"t0"``, ``"t1"``, …), in creation order."""
+        return current_frame("threads.list()").threads.list_info()
+
+    def get(self, thread_id: str | int, offset: int = 0, limit: int = 50) -> builtins.list[Message]:
+        """Up to ``limit`` messages of a thread from ``offset`` (``[]`` for an unknown id).
+
+        ``thread_id`` may be ``"t3"`` or ``"3"``.
+        """
+        if offset < 0 or limit < 0:
+            raise InvalidArgumentError(f"offset and limit must be 0 or more, got {offset}, {limit}")
+        thread = current_frame("threads.get()").threads.get_maybe(normalize_thread_id(thread_id))
+        if thread is None:
+            return []
+        return thread.messages[offset : offset + limit]
+
+    def current(self) -> MessageThread | None:
+        """The active thread, or ``None`` (outside a frame, or when none is active)."""
+        frame = current_frame_maybe()
+        return None if frame is None else frame.threads.active()
+
+
+class RunsNamespace:
+    """``agency.runs``: an admin view of the runs in a store."""
+
+    async def list(
+        self,
+        *,
+        store: str | Store | None = None,
+        status: RunStatus | None = None,
+        limit: int = 100,
+    ) -> builtins.list[RunRecord]:
+        """Runs, newest first (optionally only those with ``status``)."""
+        if limit < 1:
+            raise InvalidArgumentError(f"limit must be 1 or more, got {limit}")
+        return await resolve_store(store).list_runs(status=status, limit=limit)
+
+    async def get(self, run_id: str, *, store: str | Store | None = None) -> RunRecord:
+        """The stored run ``run_id``; raises :class:`RunNotFoundError` if there is none."""
+        store_ = resolve_store(store)
+        record = await store_.get_run(run_id)
+        if record is None:
+            raise RunNotFoundError(run_id, store_.url)
+        return record
+
+
+class Agency:
+    """The ``agency`` namespace. Use the module-level instance, ``agency``."""
+
+    def __init__(self) -> None:
+        self.thread = ThreadNamespace()
+        self.threads = ThreadsNamespace()
+        self.runs = RunsNamespace()
+
+    run = staticmethod(run)
+    run_sync = staticmethod(run_sync)
+
+    # -- context -------------------------------------------------------------------------
+
+    def ctx(self) -> RuntimeContext:
+        """The current run's :class:`RuntimeContext`; raises outside a frame."""
+        return current_frame("ctx()").ctx
+
+    def ctx_maybe(self) -> RuntimeContext | None:
+        """The current run's :class:`RuntimeContext`, or ``None`` outside a frame."""
+        frame = current_frame_maybe()
+        return None if frame is None else frame.ctx
+
+    def callsite(self) -> CallsiteLocation | None:
+        """The current callsite, or ``None`` (outside a frame, or when the frame has none)."""
+        frame = current_frame_maybe()
+        return None if frame is None else frame.callsite_location()
+
+    def global_(self, name: str, module_id: str = "", default: Any = None) -> Any:
+        """The module global ``name`` of ``module_id`` from the frame's globals (or ``default``)."""
+        return current_frame("global_()").globals.get(module_id, {}).get(name, default)
+
+    def set_global(self, name: str, value: Any, module_id: str = "") -> None:
+        """Set the module global ``name`` of ``module_id`` in the frame's globals."""
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"a global's name must be a non-empty string, got {name!r}")
+        current_frame("set_global()").globals.setdefault(module_id, {})[name] = value
+
+    def abort_signal(self) -> AbortSignal:
+        """The current branch's :class:`AbortSignal` (fires on cancel and time-guard trips)."""
+        return current_frame("abort_signal()").stack.abort_signal
+
+    # -- callsite ------------------------------------------------------------------------
+
+    def _at(self, loc: CallsiteLocation | tuple[str, str, str], member: str) -> Frame:
+        frame = current_frame(member)
+        if isinstance(loc, CallsiteLocation):
+            return frame.evolve(callsite=loc.as_tuple())
+        if isinstance(loc, tuple) and len(loc) == 3 and all(isinstance(p, str) for p in loc):
+            return frame.evolve(callsite=loc)
+        raise InvalidArgumentError(
+            f"agency.{member} needs a CallsiteLocation(module_id, scope_name, step_path), "
+            f"got {type(loc).__name__}"
+        )
+
+    def with_callsite(self, loc: CallsiteLocation | tuple[str, str, str], fn: Fn[T]) -> Awaitable[T]:
+        """Run ``fn`` with ``loc`` as the callsite; the previous callsite returns afterwards."""
+        _check_fn(fn, "with_callsite()")
+        return call_in_frame(self._at(loc, "with_callsite()"), fn)
+
+    @contextmanager
+    def at_callsite(self, loc: CallsiteLocation | tuple[str, str, str]) -> Iterator[CallsiteLocation]:
+        """``with agency.at_callsite(loc):`` — the context-manager form of :meth:`with_callsite`."""
+        frame = self._at(loc, "at_callsite()")
+        with use_frame(frame):
+            location = frame.callsite_location()
+            assert location is not None
+            yield location
+
+    # -- cost and tokens -----------------------------------------------------------------
+
+    def add_cost(self, usd: float) -> None:
+        """Bill ``usd`` US dollars of spend to the run (a finite, non-negative amount)."""
+        pico = usd_to_pico(usd, what="add_cost: amount")
+        current_frame("add_cost()").ctx.charge(pico=pico)
+
+    def add_tokens(self, n: int) -> None:
+        """Bill ``n`` tokens to the run (a non-negative integer)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidArgumentError(f"add_tokens: n must be a non-negative integer, got {n!r}")
+        current_frame("add_tokens()").ctx.charge(tokens=n)
+
+    # -- test frames ---------------------------------------------------------------------
+
+    def _test_frame(
+        self,
+        ctx: RuntimeContext | None,
+        stack: BranchState | None,
+        threads: ThreadStore | None,
+    ) -> Frame:
+        if ctx is not None and not isinstance(ctx, RuntimeContext):
+            raise InvalidArgumentError(f"ctx must be a RuntimeContext, got {type(ctx).__name__}")
+        if stack is not None and not isinstance(stack, BranchState):
+            raise InvalidArgumentError(f"stack must be a BranchState, got {type(stack).__name__}")
+        if threads is not None and not isinstance(threads, ThreadStore):
+            raise InvalidArgumentError(f"threads must be a ThreadStore, got {type(threads).__name__}")
+        ctx = ctx if ctx is not None else RuntimeContext()
+        return Frame(
+            ctx,
+            stack if stack is not None else BranchState.for_context(ctx),
+            threads if threads is not None else ThreadStore.with_default_active(),
+        )
+
+    def with_test_context(
+        self,
+        ctx: RuntimeContext | Fn[T] | None = None,
+        stack: BranchState | None = None,
+        threads: ThreadStore | None = None,
+        fn: Fn[T] | None = None,
+    ) -> Awaitable[T]:
+        """Run ``fn`` in a frame built from explicit parts, for unit tests.
+
+        Parts left out are fresh: a new :class:`RuntimeContext`, its root
+        :class:`BranchState`, and a :class:`ThreadStore` with thread ``"0"`` active.
+        ``agency.with_test_context(fn)`` is accepted as a shorthand.
+        """
+        if fn is None and callable(ctx) and not isinstance(ctx, RuntimeContext):
+            ctx, fn = None, ctx
+        if fn is None:
+            raise InvalidArgumentError("agency.with_test_context needs fn=<a callable to run>")
+        _check_fn(fn, "with_test_context()")
+        assert ctx is None or isinstance(ctx, RuntimeContext)
+        return call_in_frame(self._test_frame(ctx, stack, threads), fn)
+
+    @contextmanager
+    def test_context(
+        self,
+        ctx: RuntimeContext | None = None,
+        stack: BranchState | None = None,
+        threads: ThreadStore | None = None,
+    ) -> Iterator[Frame]:
+        """``with agency.test_context() as frame:`` — the context-manager form, for unit tests."""
+        with use_frame(self._test_frame(ctx, stack, threads)) as frame:
+            yield frame
+
+
+agency = Agency()
+"""The ``agency`` namespace."""

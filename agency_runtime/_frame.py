@@ -1,0 +1,132 @@
+"""Execution frames: one ``ContextVar`` holding an immutable :class:`Frame`.
+
+Every ``agency.*`` member reads its dependencies from the current frame. Frames are never
+mutated: entering a step, switching thread, installing a handler or guard, or setting a
+callsite makes a new frame, installed with ``ContextVar.set`` and removed with ``reset`` in
+a ``finally``. Tasks started inside a frame inherit it (contextvars copy on task creation).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from ._context import BranchState, RuntimeContext
+from ._errors import OutsideFrameError
+from ._threads import ThreadStore
+
+__all__ = ["CallsiteLocation", "Frame", "current_frame", "current_frame_maybe", "use_frame"]
+
+T = TypeVar("T")
+
+Callsite = tuple[str, str, str]
+"""``(module_id, scope_name, step_path)``: the cheap form frames carry."""
+
+
+class CallsiteLocation(BaseModel):
+    """Where the current step lives: module, scope name and step path."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    module_id: str
+    scope_name: str
+    step_path: str
+
+    def as_tuple(self) -> Callsite:
+        """The ``(module_id, scope_name, step_path)`` tuple frames carry."""
+        return (self.module_id, self.scope_name, self.step_path)
+
+
+class Frame:
+    """What ``agency.*`` sees: run context, branch state, threads, globals, callsite, scope.
+
+    Immutable; :meth:`evolve` returns a modified copy.
+    """
+
+    __slots__ = ("callsite", "ctx", "globals", "scope", "stack", "threads")
+
+    ctx: RuntimeContext
+    stack: BranchState
+    threads: ThreadStore
+    globals: dict[str, dict[str, Any]]
+    callsite: Callsite | None
+    scope: Any
+
+    def __init__(
+        self,
+        ctx: RuntimeContext,
+        stack: BranchState,
+        threads: ThreadStore,
+        globals: dict[str, dict[str, Any]] | None = None,
+        callsite: Callsite | None = None,
+        scope: Any = None,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "ctx", ctx)
+        set_(self, "stack", stack)
+        set_(self, "threads", threads)
+        set_(self, "globals", ctx.globals if globals is None else globals)
+        set_(self, "callsite", callsite)
+        set_(self, "scope", scope)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Frame is immutable; use frame.evolve(...) to derive a new one")
+
+    def evolve(self, **changes: Any) -> Frame:
+        """A copy of this frame with ``changes`` applied."""
+        fields = {name: getattr(self, name) for name in Frame.__slots__}
+        fields.update(changes)
+        return Frame(**fields)
+
+    def callsite_location(self) -> CallsiteLocation | None:
+        """The callsite as a :class:`CallsiteLocation`, or ``None``."""
+        if self.callsite is None:
+            return None
+        module_id, scope_name, step_path = self.callsite
+        return CallsiteLocation(module_id=module_id, scope_name=scope_name, step_path=step_path)
+
+    def __repr__(self) -> str:
+        return f"<Frame run_id={self.ctx.run_id!r} callsite={self.callsite!r}>"
+
+
+_FRAME: ContextVar[Frame | None] = ContextVar("agency_frame", default=None)
+
+
+def current_frame(member: str) -> Frame:
+    """The current frame; raises :class:`OutsideFrameError` naming ``member`` if none."""
+    frame = _FRAME.get()
+    if frame is None:
+        raise OutsideFrameError(member)
+    return frame
+
+
+def current_frame_maybe() -> Frame | None:
+    """The current frame, or ``None`` outside any frame."""
+    return _FRAME.get()
+
+
+@contextmanager
+def use_frame(frame: Frame) -> Iterator[Frame]:
+    """Install ``frame`` for the duration of the ``with`` block."""
+    token = _FRAME.set(frame)
+    try:
+        yield frame
+    finally:
+        _FRAME.reset(token)
+
+
+async def call_in_frame(frame: Frame, fn: Callable[[], T | Awaitable[T]]) -> T:
+    """Call ``fn`` (sync or async) with ``frame`` installed; await its result if needed."""
+    token = _FRAME.set(frame)
+    try:
+        result = fn()
+        if inspect.isawaitable(result):
+            return await result  # type: ignore[no-any-return]
+        return result
+    finally:
+        _FRAME.reset(token)

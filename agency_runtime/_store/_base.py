@@ -1,0 +1,131 @@
+"""The :class:`Store` protocol and the records it persists.
+
+The store is the only layer that touches a database. Everything above it speaks in
+:class:`RunRecord` values and the methods of :class:`Store`; nothing above it assumes
+SQLite, so a PostgreSQL store implements the same protocol.
+
+Claiming a run is atomic and lease-based: a run row carries a lease owner and expiry. The
+process that claims a run renews its lease while it executes; a waiter that sees the lease
+expire takes the run over.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._results import FINAL_STATUSES, ErrorInfo, Interrupt, RunStatus
+
+__all__ = ["Claim", "RunRecord", "Store", "claim_decision"]
+
+
+class RunRecord(BaseModel):
+    """A run as stored: identity, inputs, state, outcome, spend and lease."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    run_id: str
+    status: RunStatus
+    entry: str = Field(description="Where the entry lives, as 'module:qualname'.")
+    arguments: str = Field(description='The JSON {"args": [...], "kwargs": {...}} given.')
+    model: str | None = None
+    value: str | None = Field(default=None, description="The JSON of the entry's value.")
+    error: ErrorInfo | None = None
+    interrupts: list[Interrupt] = Field(default_factory=list)
+    cost_pico: int = 0
+    tokens: int = 0
+    attempts: int = 0
+    version: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    created_at: float = Field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    updated_at: float = Field(default_factory=time.time)
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the run can no longer change (completed or cancelled)."""
+        return self.status in FINAL_STATUSES
+
+    def lease_alive(self, now: float) -> bool:
+        """Whether a running run's holder still holds an unexpired lease."""
+        return (
+            self.status == "running"
+            and self.lease_expires_at is not None
+            and self.lease_expires_at > now
+        )
+
+
+class Claim(BaseModel):
+    """The answer to :meth:`Store.claim_run`."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    acquired: bool = Field(description="True when the caller now holds the run's lease.")
+    created: bool = Field(description="True when the run did not exist before this claim.")
+    record: RunRecord = Field(description="The run as it is after the claim.")
+
+
+def claim_decision(existing: RunRecord | None, now: float) -> str:
+    """What a claim does to ``existing``: ``"insert"``, ``"take"`` or ``"refuse"``.
+
+    Shared by every store so their claim semantics cannot drift apart.
+    """
+    if existing is None:
+        return "insert"
+    if existing.is_final or existing.lease_alive(now):
+        return "refuse"
+    return "take"
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable storage of runs. Implementations: MemoryStore, SqliteStore.
+
+    Every method may raise :class:`~agency_runtime.StoreError` (the underlying database
+    error chained). Methods are ``async`` so network-backed stores need no thread hop;
+    embedded stores commit inline.
+    """
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from (``memory://``, ``sqlite:///…``)."""
+        ...
+
+    async def claim_run(self, record: RunRecord, *, owner: str, lease_seconds: float) -> Claim:
+        """Atomically claim ``record.run_id`` for ``owner``.
+
+        * no such run: insert ``record`` as ``running`` with the lease → acquired, created;
+        * the run is final, or running under an unexpired lease: nothing changes → not
+          acquired (the stored record is returned);
+        * otherwise (paused, failed, or a holder whose lease expired): take it over as
+          ``running`` with ``attempts + 1`` → acquired.
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, *, owner: str, lease_seconds: float) -> bool:
+        """Extend ``owner``'s lease; ``False`` when ``owner`` no longer holds it."""
+        ...
+
+    async def finish_run(self, record: RunRecord, *, owner: str) -> bool:
+        """Store the outcome fields of ``record`` and release the lease.
+
+        Writes only while ``owner`` holds the lease; returns ``False`` (writing nothing)
+        when the lease was lost to another claimant.
+        """
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The stored run, or ``None``."""
+        ...
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first, optionally only those with ``status``."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources (idempotent)."""
+        ...

@@ -1,0 +1,129 @@
+"""Store selection: a URL (or ``AGENCY_STORE``) names a store; one instance per URL.
+
+Accepted URLs:
+
+* ``sqlite:///relative/path.db`` — relative to the working directory;
+* ``sqlite:////absolute/path.db`` — an absolute path (four slashes);
+* ``sqlite:///:memory:`` — a private in-memory SQLite database;
+* query options: ``?synchronous=FULL`` (or ``NORMAL``, ``OFF``, ``EXTRA``),
+  ``?busy_timeout=SECONDS``;
+* ``memory://`` or ``memory://NAME`` — one in-process store per name.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import cast
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .._errors import InvalidArgumentError, StoreUnavailableError
+from ._base import Store
+from ._memory import MemoryStore
+from ._sqlite import SqliteStore, Synchronous
+
+__all__ = ["DEFAULT_STORE_URL", "open_store", "resolve_store"]
+
+DEFAULT_STORE_URL = "sqlite:///./.agency/agency.db"
+"""The store used when neither ``store=`` nor ``AGENCY_STORE`` says otherwise."""
+
+_SCHEMES = "sqlite:///path.db, sqlite:////absolute/path.db, memory:// or memory://NAME"
+_opened: dict[str, Store] = {}
+_opened_lock = threading.Lock()
+
+
+def resolve_store(store: str | Store | None = None) -> Store:
+    """The store to use: ``store`` itself, the store its URL names, ``AGENCY_STORE``'s, or the default."""
+    if store is None:
+        store = os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
+    if isinstance(store, str):
+        return open_store(store)
+    if isinstance(store, Store):
+        return store
+    raise InvalidArgumentError(
+        f"store must be a URL string ({_SCHEMES}) or a Store instance, "
+        f"got {type(store).__name__}"
+    )
+
+
+def open_store(url: str) -> Store:
+    """Open (or return the already open) store named by ``url``."""
+    key = _canonical(url)
+    with _opened_lock:
+        store = _opened.get(key)
+        if store is None:
+            store = _opened[key] = _create(url, key)
+        return store
+
+
+def _canonical(url: str) -> str:
+    """A key that is equal for URLs naming the same store (relative paths resolved)."""
+    scheme, path, options = _parse(url)
+    if scheme == "sqlite" and path != ":memory:":
+        path = str(Path(path).expanduser().resolve())
+    query = "&".join(f"{k}={v}" for k, v in sorted(options.items()))
+    return f"{scheme}:{path}?{query}"
+
+
+def _parse(url: str) -> tuple[str, str, dict[str, str]]:
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidArgumentError(f"a store URL must be a non-empty string like {_SCHEMES}")
+    url = url.strip()
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    options = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if scheme == "memory":
+        if "://" not in url:
+            raise InvalidArgumentError(f"malformed store URL {url!r}: write memory:// or memory://NAME")
+        if options:
+            raise InvalidArgumentError(f"the memory store takes no options, got {sorted(options)} in {url!r}")
+        return "memory", unquote(parts.netloc + parts.path), {}
+    if scheme == "sqlite":
+        if not url.lower().startswith("sqlite:///") or parts.netloc:
+            raise InvalidArgumentError(
+                f"malformed SQLite store URL {url!r}: write sqlite:///relative/path.db "
+                "(three slashes) or sqlite:////absolute/path.db (four slashes)"
+            )
+        path = unquote(parts.path[1:])
+        if not path or path.endswith("/"):
+            raise InvalidArgumentError(
+                f"the SQLite store URL {url!r} names no file: write sqlite:///path/to/agency.db"
+            )
+        unknown = sorted(set(options) - {"synchronous", "busy_timeout"})
+        if unknown:
+            raise InvalidArgumentError(
+                f"unknown option(s) {unknown} in the SQLite store URL {url!r}; "
+                "known: synchronous, busy_timeout"
+            )
+        return "sqlite", path, options
+    if scheme in ("postgresql", "postgres"):
+        raise StoreUnavailableError(
+            f"the PostgreSQL store ({url.split('@')[-1]!r}) is not available in this version of "
+            "agency-runtime; use the embedded SQLite store (sqlite:///path.db) meanwhile"
+        )
+    shown = f"{scheme}://" if scheme else repr(url)
+    raise InvalidArgumentError(f"unknown store URL scheme {shown}: use {_SCHEMES}")
+
+
+def _create(url: str, key: str) -> Store:
+    scheme, path, options = _parse(url)
+    if scheme == "memory":
+        return MemoryStore.named(path)
+    synchronous = options.get("synchronous", "NORMAL").upper()
+    if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise InvalidArgumentError(
+            f"synchronous={options['synchronous']!r} in {url!r} is not one of OFF, NORMAL, FULL, EXTRA"
+        )
+    try:
+        busy_timeout = float(options.get("busy_timeout", "10"))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"busy_timeout={options['busy_timeout']!r} in {url!r} is not a number of seconds"
+        ) from None
+    if busy_timeout < 0:
+        raise InvalidArgumentError(f"busy_timeout in {url!r} must be 0 or more seconds")
+    file = path if path == ":memory:" else str(Path(path).expanduser().resolve())
+    return SqliteStore(
+        file, synchronous=cast(Synchronous, synchronous), busy_timeout=busy_timeout, url=url
+    )

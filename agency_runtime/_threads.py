@@ -1,0 +1,366 @@
+"""Message threads: :class:`Message`, :class:`MessageThread` and :class:`ThreadStore`.
+
+A :class:`ThreadStore` is a *view* over a registry of threads shared by every frame of a
+run. Each view has its own stack of active thread ids, so switching the active thread in
+one branch (``agency.thread.use``) never changes it for another. Thread ids are counter
+strings ``"0"``, ``"1"``, …; their public slug is ``"t0"``, ``"t1"``, …, and every lookup
+accepts either form.
+
+Everything round-trips through JSON (:meth:`ThreadStore.to_json` /
+:meth:`ThreadStore.from_json`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._errors import InvalidArgumentError
+
+__all__ = [
+    "Message",
+    "MessageContent",
+    "MessageThread",
+    "QueuedMessage",
+    "ThreadInfo",
+    "ThreadStore",
+    "ThreadStoreData",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+MessageContent = str | list[dict[str, Any]]
+"""Text, or a list of provider content parts (``{"type": "text", ...}``, images, …)."""
+
+
+class Message(BaseModel):
+    """One message of a thread. Immutable."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    role: Role
+    content: MessageContent
+    label: str | None = None
+
+    def to_llm(self) -> dict[str, Any]:
+        """The ``{"role", "content"}`` dict an LLM provider expects."""
+        return {"role": self.role, "content": self.content}
+
+
+class QueuedMessage(BaseModel):
+    """A message waiting on its thread for the thread's next LLM request."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    role: Literal["user", "assistant"] = "user"
+    content: MessageContent
+    label: str | None = None
+
+
+class MessageThread(BaseModel):
+    """An ordered list of messages, plus messages queued for the next LLM request.
+
+    :meth:`push` is the only way messages are appended, so everything that must observe new
+    messages (the journal, for one) has a single place to look.
+    """
+
+    model_config = ConfigDict(defer_build=True)
+
+    id: str
+    messages: list[Message] = Field(default_factory=list)
+    parent_id: str | None = None
+    hidden: bool = False
+    label: str | None = None
+    summary: str | None = None
+    repairs: int = 0
+    queued_messages: list[QueuedMessage] = Field(default_factory=list)
+
+    @property
+    def slug(self) -> str:
+        """The public id of this thread, ``"t<id>"``."""
+        return f"t{self.id}"
+
+    def push(self, message: Message, label: str | None = None) -> None:
+        """Append ``message`` (with ``label`` replacing its label when given)."""
+        if not isinstance(message, Message):
+            raise InvalidArgumentError(
+                f"MessageThread.push expects a Message, got {type(message).__name__}; "
+                'build one with Message(role="user", content="...")'
+            )
+        if label is not None:
+            message = message.model_copy(update={"label": label})
+        self.messages.append(message)
+
+    def add(self, role: Role, content: MessageContent, label: str | None = None) -> Message:
+        """Build a message from ``role`` and ``content``, push it and return it."""
+        _check_content(content, "content")
+        message = Message.model_construct(role=role, content=content, label=label)
+        self.push(message)
+        return message
+
+    def get_messages(self) -> list[Message]:
+        """A copy of the thread's messages, oldest first."""
+        return list(self.messages)
+
+    def queue_message(
+        self,
+        content: MessageContent,
+        role: Literal["user", "assistant"] = "user",
+        label: str | None = None,
+    ) -> None:
+        """Queue a message for delivery before this thread's next LLM request.
+
+        Queued messages are delivered in FIFO order, once, ahead of the next prompt; they are
+        never delivered on validation or guard retries. ``role`` is ``"user"`` or
+        ``"assistant"``; assistant content must be a string.
+        """
+        if role not in ("user", "assistant"):
+            raise InvalidArgumentError(f'queue_message: role must be "user" or "assistant" (got {role!r})')
+        if role == "assistant" and not isinstance(content, str):
+            raise InvalidArgumentError(
+                "queue_message: assistant-role queued messages must have string content"
+            )
+        _check_content(content, "queue_message: content")
+        self.queued_messages.append(
+            QueuedMessage.model_construct(role=role, content=content, label=label)
+        )
+
+    def take_queued(self) -> list[QueuedMessage]:
+        """Remove and return every queued message, oldest first (used by LLM delivery)."""
+        queued, self.queued_messages = self.queued_messages, []
+        return queued
+
+    def to_llm_messages(self) -> list[dict[str, Any]]:
+        """The thread as the ``messages`` list an LLM provider expects."""
+        return [message.to_llm() for message in self.messages]
+
+
+def _check_content(content: object, what: str) -> None:
+    if isinstance(content, str):
+        return
+    if isinstance(content, list) and all(isinstance(part, dict) for part in content):
+        return
+    raise InvalidArgumentError(
+        f"{what} must be a string or a list of content-part dicts, got {type(content).__name__}"
+    )
+
+
+class ThreadInfo(BaseModel):
+    """A summary of one thread, as listed by ``agency.threads.list()``."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    id: str
+    parent_id: str | None
+    thread_type: Literal["thread", "subthread"]
+    message_count: int
+    is_active: bool
+    messages: list[Message]
+    label: str | None
+    summary: str | None
+
+
+class ThreadStoreData(BaseModel):
+    """The JSON form of a :class:`ThreadStore` (its registry and its active stack)."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    threads: dict[str, MessageThread] = Field(default_factory=dict)
+    counter: int = 0
+    active_stack: list[str] = Field(default_factory=list)
+
+
+class _Registry:
+    """The threads of one run, shared by every :class:`ThreadStore` view over them."""
+
+    __slots__ = ("counter", "threads")
+
+    def __init__(self, threads: dict[str, MessageThread] | None = None, counter: int = 0):
+        self.threads: dict[str, MessageThread] = threads if threads is not None else {}
+        self.counter = counter
+
+    def new_id(self) -> str:
+        thread_id = str(self.counter)
+        self.counter += 1
+        return thread_id
+
+
+def normalize_thread_id(thread_id: str | int) -> str:
+    """Accept ``"t3"``, ``"3"`` or ``3`` and return the canonical id ``"3"``."""
+    if isinstance(thread_id, bool) or not isinstance(thread_id, str | int):
+        raise InvalidArgumentError(
+            f'a thread id is a string like "t3" or "3", got {type(thread_id).__name__}'
+        )
+    text = str(thread_id).strip()
+    if text.startswith("t") and text[1:].isdigit():
+        return text[1:]
+    return text
+
+
+class ThreadStore:
+    """The message threads of a run, with a stack of active thread ids.
+
+    ``ThreadStore()`` is empty with no active thread; :meth:`with_default_active` creates
+    thread ``"0"`` and makes it active (what a run starts with).
+    """
+
+    __slots__ = ("_active", "_registry")
+
+    def __init__(self) -> None:
+        self._registry = _Registry()
+        self._active: list[str] = []
+
+    @classmethod
+    def with_default_active(cls) -> ThreadStore:
+        """A new store with one empty thread, ``"0"``, active."""
+        store = cls()
+        store.push_active(store.create())
+        return store
+
+    # -- creating and reading threads -------------------------------------------------
+
+    def create(self, *, label: str | None = None, hidden: bool = False) -> str:
+        """Create an empty thread and return its id (it is not made active)."""
+        thread_id = self._registry.new_id()
+        self._registry.threads[thread_id] = MessageThread(id=thread_id, label=label, hidden=hidden)
+        return thread_id
+
+    def create_subthread(self, *, label: str | None = None) -> str:
+        """Create a thread holding a copy of the active thread's messages; return its id.
+
+        The new thread's ``parent_id`` is the active thread's id (``None`` when no thread is
+        active, in which case the new thread is empty).
+        """
+        parent = self.active()
+        thread_id = self.create(label=label)
+        if parent is not None:
+            thread = self._registry.threads[thread_id]
+            thread.messages = list(parent.messages)
+            thread.parent_id = parent.id
+        return thread_id
+
+    def get(self, thread_id: str | int) -> MessageThread:
+        """The thread with this id (``"t3"`` or ``"3"``); raises if there is none."""
+        thread = self.get_maybe(thread_id)
+        if thread is None:
+            known = ", ".join(f"t{key}" for key in self._registry.threads) or "none"
+            raise InvalidArgumentError(
+                f"no thread {thread_id!r} in this store (known threads: {known}); "
+                "create one with ThreadStore.create()"
+            )
+        return thread
+
+    def get_maybe(self, thread_id: str | int) -> MessageThread | None:
+        """The thread with this id, or ``None``."""
+        return self._registry.threads.get(normalize_thread_id(thread_id))
+
+    def __contains__(self, thread_id: object) -> bool:
+        if not isinstance(thread_id, str | int) or isinstance(thread_id, bool):
+            return False
+        return normalize_thread_id(thread_id) in self._registry.threads
+
+    def __len__(self) -> int:
+        return len(self._registry.threads)
+
+    def ids(self) -> list[str]:
+        """Every thread id, in creation order."""
+        return list(self._registry.threads)
+
+    # -- the active stack ----------------------------------------------------------------
+
+    def push_active(self, thread_id: str | int) -> None:
+        """Make ``thread_id`` the active thread (it must exist)."""
+        self._active.append(self.get(thread_id).id)
+
+    def pop_active(self) -> str | None:
+        """Drop the active thread id and return it (``None`` when the stack is empty)."""
+        return self._active.pop() if self._active else None
+
+    def active_id(self) -> str | None:
+        """The active thread's id, or ``None``."""
+        return self._active[-1] if self._active else None
+
+    def active(self) -> MessageThread | None:
+        """The active thread, or ``None``."""
+        return self._registry.threads[self._active[-1]] if self._active else None
+
+    def get_or_create_active(self) -> MessageThread:
+        """The active thread; when none is active, create one and make it active."""
+        thread = self.active()
+        if thread is None:
+            thread_id = self.create()
+            self._active.append(thread_id)
+            thread = self._registry.threads[thread_id]
+        return thread
+
+    def view(self, active_id: str | int | None = None) -> ThreadStore:
+        """A new view over the same threads with a copy of this view's active stack.
+
+        When ``active_id`` is given it is pushed on the new view's stack, so a scoped switch
+        never disturbs this view.
+        """
+        view = ThreadStore.__new__(ThreadStore)
+        view._registry = self._registry
+        view._active = list(self._active)
+        if active_id is not None:
+            view.push_active(active_id)
+        return view
+
+    # -- listing -------------------------------------------------------------------------
+
+    def list_info(self) -> list[ThreadInfo]:
+        """A summary of every visible (non-hidden) thread, in creation order."""
+        active = self.active_id()
+        return [
+            ThreadInfo(
+                id=thread.slug,
+                parent_id=None if thread.parent_id is None else f"t{thread.parent_id}",
+                thread_type="thread" if thread.parent_id is None else "subthread",
+                message_count=len(thread.messages),
+                is_active=thread.id == active,
+                messages=list(thread.messages),
+                label=thread.label,
+                summary=thread.summary,
+            )
+            for thread in self._registry.threads.values()
+            if not thread.hidden
+        ]
+
+    # -- JSON ----------------------------------------------------------------------------
+
+    def to_data(self) -> ThreadStoreData:
+        """A deep copy of the store as a pydantic model."""
+        return ThreadStoreData(
+            threads={key: thread.model_copy(deep=True) for key, thread in self._registry.threads.items()},
+            counter=self._registry.counter,
+            active_stack=list(self._active),
+        )
+
+    def to_json(self) -> str:
+        """The store as compact JSON (empty queues, zero repairs and null labels omitted)."""
+        return self.to_data().model_dump_json(exclude_defaults=True)
+
+    @classmethod
+    def from_data(cls, data: ThreadStoreData) -> ThreadStore:
+        """Rebuild a store from :meth:`to_data` output (the data is copied)."""
+        store = cls()
+        threads = {key: thread.model_copy(deep=True) for key, thread in data.threads.items()}
+        for key, thread in threads.items():
+            if thread.id != key:
+                raise InvalidArgumentError(f"thread stored under {key!r} has id {thread.id!r}")
+        for thread_id in data.active_stack:
+            if thread_id not in threads:
+                raise InvalidArgumentError(f"active thread {thread_id!r} is not in the stored threads")
+        numeric = [int(key) for key in threads if key.isdigit()]
+        counter = max([data.counter, *(n + 1 for n in numeric)])
+        store._registry = _Registry(threads, counter)
+        store._active = list(data.active_stack)
+        return store
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ThreadStore:
+        """Rebuild a store from :meth:`to_json` output."""
+        return cls.from_data(ThreadStoreData.model_validate_json(text))
+
+    def __repr__(self) -> str:
+        return f"<ThreadStore threads={len(self)} active={self.active_id()!r}>"
