@@ -36,7 +36,14 @@ from ._facade import Agency, agency
 from ._frame import CallsiteLocation, Frame
 from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._store import DEFAULT_STORE_URL, MemoryStore, RunRecord, SqliteStore, Store, open_store
-from ._threads import Message, MessageThread, QueuedMessage, ThreadInfo, ThreadStore, ThreadStoreData
+from ._threads import (
+    Message,
+    MessageThread,
+    QueuedMessage,
+    ThreadInfo,
+    ThreadStore,
+    ThreadStoreData,
+)
 
 __version__ = "0.1.0"
 

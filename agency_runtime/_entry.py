@@ -36,7 +36,9 @@ def entry_ref(entry: Callable[..., Any]) -> str:
     An entry defined in ``__main__`` is recorded by its module name when the script was run
     with ``python -m`` and by its script path otherwise.
     """
-    target = inspect.unwrap(entry) if inspect.isfunction(entry) or inspect.ismethod(entry) else entry
+    target = (
+        inspect.unwrap(entry) if inspect.isfunction(entry) or inspect.ismethod(entry) else entry
+    )
     module = getattr(target, "__module__", None) or type(target).__module__
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
     if module == "__main__":
@@ -45,7 +47,7 @@ def entry_ref(entry: Callable[..., Any]) -> str:
         if spec is not None and getattr(spec, "name", None):
             module = spec.name
         elif getattr(main, "__file__", None):
-            module = str(main.__file__)
+            module = str(getattr(main, "__file__", ""))
     return f"{module}:{qualname}"
 
 
@@ -81,12 +83,17 @@ def diff_arguments(stored: str, given: str) -> list[str]:
     old_kw, new_kw = old.get("kwargs", {}), new.get("kwargs", {})
     for name in sorted(set(old_kw) | set(new_kw)):
         if name not in new_kw:
-            differences.append(f"keyword argument {name!r}: stored {_show(old_kw[name])}, not given")
+            differences.append(
+                f"keyword argument {name!r}: stored {_show(old_kw[name])}, not given"
+            )
         elif name not in old_kw:
-            differences.append(f"keyword argument {name!r}: not stored, given {_show(new_kw[name])}")
+            differences.append(
+                f"keyword argument {name!r}: not stored, given {_show(new_kw[name])}"
+            )
         elif old_kw[name] != new_kw[name]:
             differences.append(
-                f"keyword argument {name!r}: stored {_show(old_kw[name])}, given {_show(new_kw[name])}"
+                f"keyword argument {name!r}: stored {_show(old_kw[name])}, "
+                f"given {_show(new_kw[name])}"
             )
     return differences
 

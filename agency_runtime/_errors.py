@@ -221,9 +221,9 @@ class StructuredOutputError(AgencyError):
     """The model's answer never matched the requested schema within the allowed retries."""
 
 
-class RunPaused(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class RunPaused(BaseException):
     """Signal: the run paused on interrupts; the run boundary turns it into a paused result."""
 
 
-class RestoreSignal(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class RestoreSignal(BaseException):
     """Signal: ``agency.restore`` asks the run boundary to rewind to a checkpoint."""

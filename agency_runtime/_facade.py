@@ -16,12 +16,26 @@ from typing import Any, TypeVar
 
 from ._context import AbortSignal, BranchState, RuntimeContext
 from ._errors import InvalidArgumentError, RunNotFoundError
-from ._frame import CallsiteLocation, Frame, call_in_frame, current_frame, current_frame_maybe, use_frame
+from ._frame import (
+    CallsiteLocation,
+    Frame,
+    call_in_frame,
+    current_frame,
+    current_frame_maybe,
+    use_frame,
+)
 from ._money import usd_to_pico
 from ._results import RunStatus
 from ._run import run, run_sync
 from ._store import RunRecord, Store, resolve_store
-from ._threads import Message, MessageContent, MessageThread, ThreadInfo, ThreadStore, normalize_thread_id
+from ._threads import (
+    Message,
+    MessageContent,
+    MessageThread,
+    ThreadInfo,
+    ThreadStore,
+    normalize_thread_id,
+)
 
 __all__ = ["Agency", "agency"]
 
@@ -142,7 +156,7 @@ class Agency:
     run = staticmethod(run)
     run_sync = staticmethod(run_sync)
 
-    # -- context -------------------------------------------------------------------------
+    # -- context ---------------------------------------------------------------------------
 
     def ctx(self) -> RuntimeContext:
         """The current run's :class:`RuntimeContext`; raises outside a frame."""
@@ -172,7 +186,7 @@ class Agency:
         """The current branch's :class:`AbortSignal` (fires on cancel and time-guard trips)."""
         return current_frame("abort_signal()").stack.abort_signal
 
-    # -- callsite ------------------------------------------------------------------------
+    # -- callsite --------------------------------------------------------------------------
 
     def _at(self, loc: CallsiteLocation | tuple[str, str, str], member: str) -> Frame:
         frame = current_frame(member)
@@ -185,13 +199,17 @@ class Agency:
             f"got {type(loc).__name__}"
         )
 
-    def with_callsite(self, loc: CallsiteLocation | tuple[str, str, str], fn: Fn[T]) -> Awaitable[T]:
+    def with_callsite(
+        self, loc: CallsiteLocation | tuple[str, str, str], fn: Fn[T]
+    ) -> Awaitable[T]:
         """Run ``fn`` with ``loc`` as the callsite; the previous callsite returns afterwards."""
         _check_fn(fn, "with_callsite()")
         return call_in_frame(self._at(loc, "with_callsite()"), fn)
 
     @contextmanager
-    def at_callsite(self, loc: CallsiteLocation | tuple[str, str, str]) -> Iterator[CallsiteLocation]:
+    def at_callsite(
+        self, loc: CallsiteLocation | tuple[str, str, str]
+    ) -> Iterator[CallsiteLocation]:
         """``with agency.at_callsite(loc):`` — the context-manager form of :meth:`with_callsite`."""
         frame = self._at(loc, "at_callsite()")
         with use_frame(frame):
@@ -199,7 +217,7 @@ class Agency:
             assert location is not None
             yield location
 
-    # -- cost and tokens -----------------------------------------------------------------
+    # -- cost and tokens -------------------------------------------------------------------
 
     def add_cost(self, usd: float) -> None:
         """Bill ``usd`` US dollars of spend to the run (a finite, non-negative amount)."""
@@ -212,7 +230,7 @@ class Agency:
             raise InvalidArgumentError(f"add_tokens: n must be a non-negative integer, got {n!r}")
         current_frame("add_tokens()").ctx.charge(tokens=n)
 
-    # -- test frames ---------------------------------------------------------------------
+    # -- test frames -----------------------------------------------------------------------
 
     def _test_frame(
         self,
@@ -225,7 +243,9 @@ class Agency:
         if stack is not None and not isinstance(stack, BranchState):
             raise InvalidArgumentError(f"stack must be a BranchState, got {type(stack).__name__}")
         if threads is not None and not isinstance(threads, ThreadStore):
-            raise InvalidArgumentError(f"threads must be a ThreadStore, got {type(threads).__name__}")
+            raise InvalidArgumentError(
+                f"threads must be a ThreadStore, got {type(threads).__name__}"
+            )
         ctx = ctx if ctx is not None else RuntimeContext()
         return Frame(
             ctx,

@@ -126,7 +126,7 @@ async def call_in_frame(frame: Frame, fn: Callable[[], T | Awaitable[T]]) -> T:
     try:
         result = fn()
         if inspect.isawaitable(result):
-            return await result  # type: ignore[no-any-return]
+            return await result
         return result
     finally:
         _FRAME.reset(token)

@@ -128,7 +128,9 @@ async def run(
     ref = entry_ref(entry)
     arguments = encode_arguments(args, kwargs)
     if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise InvalidArgumentError(f"model must be a non-empty string like 'openai/gpt-4o-mini', got {model!r}")
+        raise InvalidArgumentError(
+            f"model must be a non-empty string like 'openai/gpt-4o-mini', got {model!r}"
+        )
 
     stored = await store_.get_run(run_id)
     if stored is not None:
@@ -184,7 +186,8 @@ async def _renew_lease(store: Store, run_id: str, owner: str) -> None:
         if not await store.renew_lease(run_id, owner=owner, lease_seconds=LEASE_SECONDS):
             logger.warning(
                 "run %r: lost its lease (another process took the run over); "
-                "its outcome here will not be stored", run_id,
+                "its outcome here will not be stored",
+                run_id,
             )
             return
 
@@ -217,7 +220,9 @@ async def _execute(
                 status, error = "cancelled", ctx.abort_signal.reason
             else:
                 status = "completed"
-                value_json = encode_value(value, what=f"the value returned by run {record.run_id!r}")
+                value_json = encode_value(
+                    value, what=f"the value returned by run {record.run_id!r}"
+                )
                 value = revive_value(value_json, return_adapter(entry))
         except AgencyCancelledError as exc:
             status, error = "cancelled", exc
@@ -229,20 +234,24 @@ async def _execute(
         finally:
             renewals.cancel_scope.cancel()
     finished = time.time()
-    outcome = record.model_copy(update={
-        "status": status,
-        "value": value_json,
-        "error": None if error is None else ErrorInfo.from_exception(error),
-        "cost_pico": record.cost_pico + ctx.cost_pico,
-        "tokens": record.tokens + ctx.tokens,
-        "finished_at": finished,
-    })
+    outcome = record.model_copy(
+        update={
+            "status": status,
+            "value": value_json,
+            "error": None if error is None else ErrorInfo.from_exception(error),
+            "cost_pico": record.cost_pico + ctx.cost_pico,
+            "tokens": record.tokens + ctx.tokens,
+            "finished_at": finished,
+        }
+    )
     with anyio.CancelScope(shield=True):
         stored = await store.finish_run(outcome, owner=owner)
     if not stored:
         logger.warning(
             "run %r finished with status %r, but another process holds its lease now; "
-            "the store keeps that process's outcome", record.run_id, status,
+            "the store keeps that process's outcome",
+            record.run_id,
+            status,
         )
     return RunResult(
         run_id=record.run_id,
@@ -275,4 +284,3 @@ def run_sync(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult:
             "use `await agency.run(...)` there instead"
         )
     return anyio.run(functools.partial(run, entry, *args, **kwargs))
-

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
+_ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 MessageContent = str | list[dict[str, Any]]
 """Text, or a list of provider content parts (``{"type": "text", ...}``, images, …)."""
 
@@ -93,6 +94,8 @@ class MessageThread(BaseModel):
 
     def add(self, role: Role, content: MessageContent, label: str | None = None) -> Message:
         """Build a message from ``role`` and ``content``, push it and return it."""
+        if role not in _ROLES:
+            raise InvalidArgumentError(f"role must be one of {', '.join(_ROLES)}, got {role!r}")
         _check_content(content, "content")
         message = Message.model_construct(role=role, content=content, label=label)
         self.push(message)
@@ -115,7 +118,9 @@ class MessageThread(BaseModel):
         ``"assistant"``; assistant content must be a string.
         """
         if role not in ("user", "assistant"):
-            raise InvalidArgumentError(f'queue_message: role must be "user" or "assistant" (got {role!r})')
+            raise InvalidArgumentError(
+                f'queue_message: role must be "user" or "assistant" (got {role!r})'
+            )
         if role == "assistant" and not isinstance(content, str):
             raise InvalidArgumentError(
                 "queue_message: assistant-role queued messages must have string content"
@@ -217,7 +222,7 @@ class ThreadStore:
         store.push_active(store.create())
         return store
 
-    # -- creating and reading threads -------------------------------------------------
+    # -- creating and reading threads ------------------------------------------------------
 
     def create(self, *, label: str | None = None, hidden: bool = False) -> str:
         """Create an empty thread and return its id (it is not made active)."""
@@ -266,7 +271,7 @@ class ThreadStore:
         """Every thread id, in creation order."""
         return list(self._registry.threads)
 
-    # -- the active stack ----------------------------------------------------------------
+    # -- the active stack ------------------------------------------------------------------
 
     def push_active(self, thread_id: str | int) -> None:
         """Make ``thread_id`` the active thread (it must exist)."""
@@ -306,7 +311,7 @@ class ThreadStore:
             view.push_active(active_id)
         return view
 
-    # -- listing -------------------------------------------------------------------------
+    # -- listing ---------------------------------------------------------------------------
 
     def list_info(self) -> list[ThreadInfo]:
         """A summary of every visible (non-hidden) thread, in creation order."""
@@ -326,12 +331,14 @@ class ThreadStore:
             if not thread.hidden
         ]
 
-    # -- JSON ----------------------------------------------------------------------------
+    # -- JSON ------------------------------------------------------------------------------
 
     def to_data(self) -> ThreadStoreData:
         """A deep copy of the store as a pydantic model."""
         return ThreadStoreData(
-            threads={key: thread.model_copy(deep=True) for key, thread in self._registry.threads.items()},
+            threads={
+                key: thread.model_copy(deep=True) for key, thread in self._registry.threads.items()
+            },
             counter=self._registry.counter,
             active_stack=list(self._active),
         )
@@ -350,7 +357,9 @@ class ThreadStore:
                 raise InvalidArgumentError(f"thread stored under {key!r} has id {thread.id!r}")
         for thread_id in data.active_stack:
             if thread_id not in threads:
-                raise InvalidArgumentError(f"active thread {thread_id!r} is not in the stored threads")
+                raise InvalidArgumentError(
+                    f"active thread {thread_id!r} is not in the stored threads"
+                )
         numeric = [int(key) for key in threads if key.isdigit()]
         counter = max([data.counter, *(n + 1 for n in numeric)])
         store._registry = _Registry(threads, counter)

@@ -122,7 +122,9 @@ class Store(Protocol):
         """The stored run, or ``None``."""
         ...
 
-    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100
+    ) -> list[RunRecord]:
         """Runs, newest first, optionally only those with ``status``."""
         ...
 

@@ -54,19 +54,33 @@ class MemoryStore:
                 return Claim(acquired=False, created=False, record=existing.model_copy(deep=True))
             if decision == "insert":
                 stored = record.model_copy(
-                    update={**lease, "status": "running", "attempts": 1, "version": 1,
-                            "started_at": now, "updated_at": now},
+                    update={
+                        **lease,
+                        "status": "running",
+                        "attempts": 1,
+                        "version": 1,
+                        "started_at": now,
+                        "updated_at": now,
+                    },
                     deep=True,
                 )
             else:
                 assert existing is not None
                 stored = existing.model_copy(
-                    update={**lease, "status": "running", "attempts": existing.attempts + 1,
-                            "version": existing.version + 1, "started_at": now, "updated_at": now},
+                    update={
+                        **lease,
+                        "status": "running",
+                        "attempts": existing.attempts + 1,
+                        "version": existing.version + 1,
+                        "started_at": now,
+                        "updated_at": now,
+                    },
                     deep=True,
                 )
             self._runs[record.run_id] = stored
-            return Claim(acquired=True, created=decision == "insert", record=stored.model_copy(deep=True))
+            return Claim(
+                acquired=True, created=decision == "insert", record=stored.model_copy(deep=True)
+            )
 
     async def renew_lease(self, run_id: str, *, owner: str, lease_seconds: float) -> bool:
         with self._lock:
@@ -82,8 +96,12 @@ class MemoryStore:
             if stored is None or stored.lease_owner != owner or stored.status != "running":
                 return False
             self._runs[record.run_id] = record.model_copy(
-                update={"lease_owner": None, "lease_expires_at": None,
-                        "version": stored.version + 1, "updated_at": time.time()},
+                update={
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                    "version": stored.version + 1,
+                    "updated_at": time.time(),
+                },
                 deep=True,
             )
             return True
@@ -93,7 +111,9 @@ class MemoryStore:
             stored = self._runs.get(run_id)
             return None if stored is None else stored.model_copy(deep=True)
 
-    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100
+    ) -> list[RunRecord]:
         with self._lock:
             records = [r for r in self._runs.values() if status is None or r.status == status]
         records.sort(key=lambda r: r.created_at, reverse=True)

@@ -51,9 +51,24 @@ CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
 """
 
 _COLUMNS = (
-    "run_id", "status", "entry", "arguments", "model", "value", "error", "interrupts",
-    "cost_pico", "tokens", "attempts", "version", "lease_owner", "lease_expires_at",
-    "created_at", "started_at", "finished_at", "updated_at",
+    "run_id",
+    "status",
+    "entry",
+    "arguments",
+    "model",
+    "value",
+    "error",
+    "interrupts",
+    "cost_pico",
+    "tokens",
+    "attempts",
+    "version",
+    "lease_owner",
+    "lease_expires_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
 )
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
 _INTERRUPTS = TypeAdapter(list[Interrupt])
@@ -82,7 +97,7 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._conn = self._open(synchronous, busy_timeout)
 
-    # -- opening -------------------------------------------------------------------------
+    # -- opening ---------------------------------------------------------------------------
 
     def _open(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
         where = self._path
@@ -105,16 +120,7 @@ class SqliteStore:
                 "AGENCY_STORE=sqlite:///path/to/agency.db"
             ) from exc
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            if where != ":memory:":
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise StoreUnavailableError(
-                        f"the SQLite store {where!r} could not switch to WAL mode (got {mode!r}); "
-                        "it may be on a file system without shared-memory support"
-                    )
-            conn.execute(f"PRAGMA synchronous = {synchronous}")
-            self._migrate(conn)
+            self._configure_with_retry(conn, synchronous, busy_timeout)
         except sqlite3.Error as exc:
             conn.close()
             raise StoreUnavailableError(
@@ -126,6 +132,40 @@ class SqliteStore:
             conn.close()
             raise
         return conn
+
+    def _configure_with_retry(
+        self, conn: sqlite3.Connection, synchronous: str, busy_timeout: float
+    ) -> None:
+        """Set the pragmas and migrate, retrying while another process holds the file.
+
+        Switching to WAL and the first schema write can report "database is locked" without
+        consulting the busy handler when several processes open a new file at once.
+        """
+        deadline = time.monotonic() + busy_timeout
+        delay = 0.005
+        while True:
+            try:
+                self._configure(conn, synchronous, busy_timeout)
+                return
+            except sqlite3.OperationalError as exc:
+                text = str(exc).lower()
+                if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+
+    def _configure(self, conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> None:
+        where = self._path
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        if where != ":memory:":
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreUnavailableError(
+                    f"the SQLite store {where!r} could not switch to WAL mode (got {mode!r}); "
+                    "it may be on a file system without shared-memory support"
+                )
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        self._migrate(conn)
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -148,7 +188,7 @@ class SqliteStore:
                 conn.execute("ROLLBACK")
                 raise
 
-    # -- plumbing ------------------------------------------------------------------------
+    # -- plumbing --------------------------------------------------------------------------
 
     @property
     def url(self) -> str:
@@ -194,11 +234,17 @@ class SqliteStore:
                 assert existing is not None
                 return Claim(acquired=False, created=False, record=existing)
             if decision == "insert":
-                stored = record.model_copy(update={
-                    "status": "running", "attempts": 1, "version": 1, "started_at": now,
-                    "updated_at": now, "lease_owner": owner,
-                    "lease_expires_at": now + lease_seconds,
-                })
+                stored = record.model_copy(
+                    update={
+                        "status": "running",
+                        "attempts": 1,
+                        "version": 1,
+                        "started_at": now,
+                        "updated_at": now,
+                        "lease_owner": owner,
+                        "lease_expires_at": now + lease_seconds,
+                    }
+                )
                 conn.execute(
                     f"INSERT INTO runs ({', '.join(_COLUMNS)}) "
                     f"VALUES ({', '.join('?' * len(_COLUMNS))})",
@@ -233,9 +279,16 @@ class SqliteStore:
                 "version = version + 1, lease_owner = NULL, lease_expires_at = NULL "
                 "WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
                 (
-                    record.status, record.value, _error_json(record.error),
-                    _interrupts_json(record.interrupts), record.cost_pico, record.tokens,
-                    record.finished_at, time.time(), record.run_id, owner,
+                    record.status,
+                    record.value,
+                    _error_json(record.error),
+                    _interrupts_json(record.interrupts),
+                    record.cost_pico,
+                    record.tokens,
+                    record.finished_at,
+                    time.time(),
+                    record.run_id,
+                    owner,
                 ),
             )
             return cursor.rowcount == 1
@@ -244,7 +297,9 @@ class SqliteStore:
         with self._db(f"read run {run_id!r}") as conn:
             return self._fetch(conn, run_id)
 
-    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100
+    ) -> list[RunRecord]:
         query, params = _SELECT, ()  # type: tuple[str, tuple[Any, ...]]
         if status is not None:
             query, params = f"{_SELECT} WHERE status = ?", (status,)
@@ -284,7 +339,9 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
     values = dict(zip(_COLUMNS, row, strict=True))
     run_id = values["run_id"]
     try:
-        values["error"] = None if values["error"] is None else ErrorInfo.model_validate_json(values["error"])
+        values["error"] = (
+            None if values["error"] is None else ErrorInfo.model_validate_json(values["error"])
+        )
         values["interrupts"] = (
             [] if values["interrupts"] is None else _INTERRUPTS.validate_json(values["interrupts"])
         )

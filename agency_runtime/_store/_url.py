@@ -34,7 +34,7 @@ _opened_lock = threading.Lock()
 
 
 def resolve_store(store: str | Store | None = None) -> Store:
-    """The store to use: ``store`` itself, the store its URL names, ``AGENCY_STORE``'s, or the default."""
+    """The store to use: ``store``, the store its URL names, ``AGENCY_STORE``'s, or the default."""
     if store is None:
         store = os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
     if isinstance(store, str):
@@ -42,8 +42,7 @@ def resolve_store(store: str | Store | None = None) -> Store:
     if isinstance(store, Store):
         return store
     raise InvalidArgumentError(
-        f"store must be a URL string ({_SCHEMES}) or a Store instance, "
-        f"got {type(store).__name__}"
+        f"store must be a URL string ({_SCHEMES}) or a Store instance, got {type(store).__name__}"
     )
 
 
@@ -75,9 +74,13 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     if scheme == "memory":
         if "://" not in url:
-            raise InvalidArgumentError(f"malformed store URL {url!r}: write memory:// or memory://NAME")
+            raise InvalidArgumentError(
+                f"malformed store URL {url!r}: write memory:// or memory://NAME"
+            )
         if options:
-            raise InvalidArgumentError(f"the memory store takes no options, got {sorted(options)} in {url!r}")
+            raise InvalidArgumentError(
+                f"the memory store takes no options, got {sorted(options)} in {url!r}"
+            )
         return "memory", unquote(parts.netloc + parts.path), {}
     if scheme == "sqlite":
         if not url.lower().startswith("sqlite:///") or parts.netloc:
@@ -113,7 +116,8 @@ def _create(url: str, key: str) -> Store:
     synchronous = options.get("synchronous", "NORMAL").upper()
     if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise InvalidArgumentError(
-            f"synchronous={options['synchronous']!r} in {url!r} is not one of OFF, NORMAL, FULL, EXTRA"
+            f"synchronous={options['synchronous']!r} in {url!r} is not one of "
+            "OFF, NORMAL, FULL, EXTRA"
         )
     try:
         busy_timeout = float(options.get("busy_timeout", "10"))

@@ -1,0 +1,297 @@
+"""Stores: URL selection, the claim/lease protocol, SQLite durability and damage."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agency_runtime import (
+    ErrorInfo,
+    InvalidArgumentError,
+    MemoryStore,
+    RunRecord,
+    SqliteStore,
+    Store,
+    StoreError,
+    StoreSchemaError,
+    StoreUnavailableError,
+    open_store,
+)
+from agency_runtime._store import SCHEMA_VERSION, resolve_store
+
+pytestmark = pytest.mark.anyio
+
+
+def record(run_id: str = "r1", **changes: object) -> RunRecord:
+    return RunRecord(run_id=run_id, status="running", entry="m:f", arguments="{}", **changes)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "s.db")
+    yield made
+    made.close()
+
+
+# -- URLs ----------------------------------------------------------------------------------
+
+
+def test_memory_urls_name_one_store_per_process_and_name() -> None:
+    assert open_store("memory://") is open_store("memory://")
+    assert open_store("memory://a") is open_store("memory://a")
+    assert open_store("memory://a") is not open_store("memory://b")
+    assert open_store("memory://a").url == "memory://a"
+
+
+def test_sqlite_urls_relative_and_absolute(tmp_path: Path) -> None:
+    relative = open_store("sqlite:///data/agency.db")
+    assert isinstance(relative, SqliteStore)
+    assert Path(relative.path) == tmp_path / "data" / "agency.db"
+    assert (tmp_path / "data" / "agency.db").exists()
+    absolute = open_store(f"sqlite:///{tmp_path}/data/agency.db")  # four slashes: absolute
+    assert absolute is relative  # same file, same store object
+    assert open_store("sqlite:///./data/agency.db") is relative
+
+
+def test_sqlite_url_options(tmp_path: Path) -> None:
+    store = open_store("sqlite:///full.db?synchronous=FULL&busy_timeout=2")
+    assert isinstance(store, SqliteStore)
+    conn = store._conn
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2000
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("", "non-empty"),
+        ("   ", "non-empty"),
+        ("ftp://example/x", "unknown store URL scheme ftp://"),
+        ("agency.db", "unknown store URL scheme"),
+        ("sqlite:/x.db", "three slashes"),
+        ("sqlite://host/x.db", "three slashes"),
+        ("sqlite:///", "names no file"),
+        ("sqlite:///dir/", "names no file"),
+        ("sqlite:///x.db?synchronous=SOMETIMES", "synchronous='SOMETIMES'"),
+        ("sqlite:///x.db?busy_timeout=soon", "busy_timeout='soon'"),
+        ("sqlite:///x.db?busy_timeout=-1", "0 or more"),
+        ("sqlite:///x.db?cache=big", "unknown option"),
+        ("memory://x?y=1", "no options"),
+    ],
+)
+def test_malformed_store_urls_are_clear_errors(url: str, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message) as caught:
+        open_store(url)
+    assert (
+        "sqlite:///" in str(caught.value)
+        or "synchronous" in str(caught.value)
+        or ("busy_timeout" in str(caught.value) or "option" in str(caught.value))
+    )
+
+
+def test_postgres_urls_say_the_store_is_not_available_without_leaking_secrets() -> None:
+    with pytest.raises(StoreUnavailableError, match="PostgreSQL") as caught:
+        open_store("postgresql://user:secret@db.example/agency")
+    assert "secret" not in str(caught.value)
+
+
+def test_resolve_store_prefers_the_argument_then_agency_store_then_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mine = MemoryStore()
+    assert resolve_store(mine) is mine
+    monkeypatch.setenv("AGENCY_STORE", "memory://from-env")
+    assert resolve_store(None) is open_store("memory://from-env")
+    monkeypatch.delenv("AGENCY_STORE")
+    default = resolve_store(None)
+    assert isinstance(default, SqliteStore)
+    assert Path(default.path) == tmp_path / ".agency" / "agency.db"
+    with pytest.raises(InvalidArgumentError, match="URL string"):
+        resolve_store(42)  # type: ignore[arg-type]
+
+
+# -- opening SQLite files ------------------------------------------------------------------
+
+
+def test_sqlite_store_uses_wal_and_creates_its_directory(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "a.db"
+    store = SqliteStore(path)
+    try:
+        check = sqlite3.connect(path)
+        assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert check.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        check.close()
+    finally:
+        store.close()
+
+
+def test_an_unwritable_location_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreUnavailableError, match="AGENCY_STORE=sqlite:///") as caught:
+        SqliteStore(blocker / "sub" / "agency.db")
+    assert str(blocker) in str(caught.value)
+    with pytest.raises(StoreUnavailableError, match="cannot"):
+        SqliteStore(tmp_path)  # a directory, not a file
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreUnavailableError, match=r"junk\.db"):
+        SqliteStore(path)
+
+
+def test_a_store_from_a_newer_schema_is_refused_with_both_versions(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    conn.close()
+    with pytest.raises(StoreSchemaError) as caught:
+        SqliteStore(path)
+    assert str(SCHEMA_VERSION + 5) in str(caught.value)
+    assert f"up to {SCHEMA_VERSION}" in str(caught.value)
+
+
+async def test_records_survive_closing_and_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "keep.db"
+    first = SqliteStore(path)
+    claim = await first.claim_run(record("keep"), owner="o", lease_seconds=30)
+    done = claim.record.model_copy(
+        update={
+            "status": "completed",
+            "value": '{"a":1}',
+            "cost_pico": 5,
+            "tokens": 2,
+            "finished_at": time.time(),
+        }
+    )
+    assert await first.finish_run(done, owner="o")
+    first.close()
+    first.close()  # idempotent
+    with pytest.raises(StoreError, match="closed"):
+        await first.get_run("keep")
+    second = SqliteStore(path)
+    try:
+        again = await second.get_run("keep")
+        assert again is not None
+        assert (again.status, again.value, again.cost_pico, again.tokens) == (
+            "completed",
+            '{"a":1}',
+            5,
+            2,
+        )
+        assert again.lease_owner is None
+    finally:
+        second.close()
+
+
+async def test_a_damaged_row_is_an_error_naming_the_run(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "d.db")
+    try:
+        await store.claim_run(record("broken"), owner="o", lease_seconds=30)
+        store._conn.execute("UPDATE runs SET error = '{not json' WHERE run_id = 'broken'")
+        with pytest.raises(StoreError, match="'broken' is damaged"):
+            await store.get_run("broken")
+    finally:
+        store.close()
+
+
+# -- the claim / lease protocol (every store) ----------------------------------------------
+
+
+async def test_claiming_a_new_run_inserts_it_as_running(store: Store) -> None:
+    claim = await store.claim_run(record(), owner="me", lease_seconds=30)
+    assert claim.acquired
+    assert claim.created
+    assert claim.record.status == "running"
+    assert claim.record.lease_owner == "me"
+    assert claim.record.attempts == 1
+    stored = await store.get_run("r1")
+    assert stored == claim.record
+
+
+async def test_a_live_lease_refuses_other_claimants(store: Store) -> None:
+    await store.claim_run(record(), owner="me", lease_seconds=30)
+    other = await store.claim_run(record(), owner="you", lease_seconds=30)
+    assert not other.acquired
+    assert other.record.lease_owner == "me"
+
+
+async def test_an_expired_lease_is_taken_over(store: Store) -> None:
+    await store.claim_run(record(), owner="dead", lease_seconds=0.0)
+    taken = await store.claim_run(record(), owner="alive", lease_seconds=30)
+    assert taken.acquired
+    assert not taken.created
+    assert taken.record.lease_owner == "alive"
+    assert taken.record.attempts == 2
+    assert not await store.renew_lease("r1", owner="dead", lease_seconds=30)
+    assert await store.renew_lease("r1", owner="alive", lease_seconds=30)
+
+
+@pytest.mark.parametrize("status", ["failed", "paused"])
+async def test_failed_and_paused_runs_can_be_claimed_again(store: Store, status: str) -> None:
+    first = await store.claim_run(record(), owner="a", lease_seconds=30)
+    await store.finish_run(first.record.model_copy(update={"status": status}), owner="a")
+    again = await store.claim_run(record(), owner="b", lease_seconds=30)
+    assert again.acquired
+    assert again.record.status == "running"
+
+
+@pytest.mark.parametrize("status", ["completed", "cancelled"])
+async def test_final_runs_are_never_claimed_again(store: Store, status: str) -> None:
+    first = await store.claim_run(record(), owner="a", lease_seconds=30)
+    finished = first.record.model_copy(
+        update={
+            "status": status,
+            "error": ErrorInfo(type="X", message="m") if status == "cancelled" else None,
+        }
+    )
+    assert await store.finish_run(finished, owner="a")
+    again = await store.claim_run(record(), owner="b", lease_seconds=30)
+    assert not again.acquired
+    assert again.record.status == status
+    assert again.record.lease_owner is None
+
+
+async def test_only_the_lease_holder_can_finish_a_run(store: Store) -> None:
+    first = await store.claim_run(record(), owner="a", lease_seconds=30)
+    done = first.record.model_copy(update={"status": "completed"})
+    assert not await store.finish_run(done, owner="intruder")
+    assert (await store.get_run("r1")).status == "running"  # type: ignore[union-attr]
+    assert await store.finish_run(done, owner="a")
+    assert not await store.finish_run(done, owner="a")  # the lease is released
+
+
+async def test_list_runs_newest_first_with_a_status_filter(store: Store) -> None:
+    for index, status in enumerate(["completed", "failed", "completed"]):
+        claim = await store.claim_run(
+            record(f"r{index}", created_at=1000.0 + index), owner="o", lease_seconds=30
+        )
+        await store.finish_run(claim.record.model_copy(update={"status": status}), owner="o")
+    assert [r.run_id for r in await store.list_runs()] == ["r2", "r1", "r0"]
+    assert [r.run_id for r in await store.list_runs(status="completed")] == ["r2", "r0"]
+    assert [r.run_id for r in await store.list_runs(limit=1)] == ["r2"]
+    assert await store.get_run("nope") is None
+
+
+async def test_errors_and_interrupts_round_trip(store: Store) -> None:
+    from agency_runtime import Interrupt
+
+    claim = await store.claim_run(record(), owner="o", lease_seconds=30)
+    paused = claim.record.model_copy(
+        update={
+            "status": "paused",
+            "interrupts": [Interrupt(interrupt_id="i1", effect="approve", data={"amount": 3})],
+            "error": ErrorInfo(type="ValueError", message="bad", module="builtins"),
+        }
+    )
+    await store.finish_run(paused, owner="o")
+    stored = await store.get_run("r1")
+    assert stored is not None
+    assert stored.interrupts == paused.interrupts
+    assert stored.error == paused.error
