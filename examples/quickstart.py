@@ -1,0 +1,118 @@
+"""Quickstart: a small support agent run as durable runs on the embedded SQLite store.
+
+Run it with ``python3 examples/quickstart.py``. It shows:
+
+* an agent entry running inside a frame: it reads the run context, writes the conversation
+  to its message thread and bills its (simulated) spend;
+* run ids as idempotency keys: the same ticket run twice executes once;
+* a failure kept in the store, then retried under the same run id until it completes;
+* the store's admin view of what happened.
+
+The store is ``AGENCY_STORE`` when set, else ``sqlite:///./.agency/agency.db``. LLM calls
+(``agency.llm``) and the offline fake model arrive with the LLM release; this agent answers
+with rules so that it runs anywhere, with no keys and no network.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import anyio
+from pydantic import BaseModel
+
+from agency_runtime import RunResult, agency
+
+FLAKY_ATTEMPTS: dict[str, int] = {}
+
+
+class Ticket(BaseModel):
+    """What a customer wrote."""
+
+    customer: str
+    text: str
+
+
+class Answer(BaseModel):
+    """What the agent decided."""
+
+    category: str
+    reply: str
+    messages_in_thread: int
+
+
+RULES = {
+    "refund": "I've opened a refund request; you'll hear from billing within two days.",
+    "password": "Use 'Forgot password' on the sign-in page; the link is valid for an hour.",
+    "invoice": "Your invoices are under Settings → Billing → History.",
+}
+
+
+def support_agent(ticket: Ticket, flaky: bool = False) -> Answer:
+    """Classify a ticket, answer it, and keep the conversation in the run's thread."""
+    run_id = agency.ctx().run_id or ""
+    if flaky:
+        # Simulate a transient outage on the first attempt of this run id.
+        FLAKY_ATTEMPTS[run_id] = FLAKY_ATTEMPTS.get(run_id, 0) + 1
+        if FLAKY_ATTEMPTS[run_id] == 1:
+            agency.add_cost(0.0004)  # the failed attempt still cost money
+            raise ConnectionError("the ticket system timed out (simulated)")
+    agency.thread.system("You are a concise, friendly support agent.")
+    agency.thread.user(f"{ticket.customer}: {ticket.text}")
+    category = next((word for word in RULES if word in ticket.text.lower()), "other")
+    reply = RULES.get(category, "Thanks! A human colleague will get back to you today.")
+    agency.thread.assistant(reply)
+    agency.add_cost(0.0012)  # what a model call would have cost
+    agency.add_tokens(96)
+    messages = len(agency.thread.current().get_messages())
+    return Answer(category=category, reply=reply, messages_in_thread=messages)
+
+
+def show(label: str, result: RunResult) -> None:
+    """Print one run's outcome on a line or two."""
+    origin = "from the store" if result.replayed else "executed"
+    print(f"  {label:<26} {result.status:<9} ({origin}, ${result.cost:.4f}, {result.tokens} tok)")
+    if result.ok:
+        print(f"      → [{result.value.category}] {result.value.reply}")
+    elif result.error is not None:
+        print(f"      → {result.error.type}: {result.error.message}")
+
+
+async def main() -> int:
+    store = os.environ.get("AGENCY_STORE", "sqlite:///./.agency/agency.db")
+    session = uuid.uuid4().hex[:8]
+    print(f"agency-runtime quickstart — store: {store}\n")
+
+    print("1. Two tickets, each a durable run:")
+    tickets = {
+        f"ticket-{session}-1": Ticket(customer="ada", text="I'd like a refund for order 42"),
+        f"ticket-{session}-2": Ticket(customer="bob", text="I forgot my password"),
+    }
+    for run_id, ticket in tickets.items():
+        show(run_id, await agency.run(support_agent, ticket, run_id=run_id, store=store))
+
+    print("\n2. The same ticket again (a redelivered webhook, say): nothing re-runs:")
+    run_id, ticket = next(iter(tickets.items()))
+    show(run_id, await agency.run(support_agent, ticket, run_id=run_id, store=store))
+
+    print("\n3. A run that fails, then is retried under the same run id:")
+    flaky_id = f"ticket-{session}-3"
+    flaky_ticket = Ticket(customer="cy", text="Where is my invoice?")
+    for _ in range(2):
+        result = await agency.run(
+            support_agent, flaky_ticket, flaky=True, run_id=flaky_id, store=store
+        )
+        show(flaky_id, result)
+
+    print("\n4. What the store holds for this session:")
+    records = [r for r in await agency.runs.list(store=store) if session in r.run_id]
+    for record in sorted(records, key=lambda r: r.run_id):
+        print(f"  {record.run_id:<26} {record.status:<9} attempts={record.attempts}")
+    ok = result.ok and all(record.status == "completed" for record in records)
+    print("\nDone." if ok else "\nSomething went wrong.")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))
