@@ -14,7 +14,9 @@ from ._errors import (
     GuardApproveError,
     GuardExceededError,
     HandlerRecursionError,
+    InterruptAnswerError,
     InvalidArgumentError,
+    JournalCorruptError,
     LockReentryError,
     LockTimeoutError,
     NondeterminismError,
@@ -34,7 +36,10 @@ from ._errors import (
 )
 from ._facade import Agency, agency
 from ._frame import CallsiteLocation, Frame
+from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
+from ._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
 from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
+from ._scope import ResumableScope, ResumableScopeOpts
 from ._store import DEFAULT_STORE_URL, MemoryStore, RunRecord, SqliteStore, Store, open_store
 from ._threads import (
     Message,
@@ -55,15 +60,24 @@ __all__ = [
     "AgencyError",
     "BranchState",
     "CallsiteLocation",
+    "Checkpoint",
     "CheckpointError",
     "EntryImportError",
     "ErrorInfo",
     "Frame",
     "GuardApproveError",
     "GuardExceededError",
+    "Handler",
+    "HandlerDecision",
     "HandlerRecursionError",
     "Interrupt",
+    "InterruptAnswer",
+    "InterruptAnswerError",
+    "InterruptResponse",
     "InvalidArgumentError",
+    "Journal",
+    "JournalCorruptError",
+    "JournalEntry",
     "LockReentryError",
     "LockTimeoutError",
     "MemoryStore",
@@ -74,6 +88,8 @@ __all__ = [
     "QueuedMessage",
     "RestoreSignal",
     "ResultSerializationError",
+    "ResumableScope",
+    "ResumableScopeOpts",
     "RunConflictError",
     "RunFailedError",
     "RunNotFoundError",
@@ -95,5 +111,9 @@ __all__ = [
     "ThreadStoreData",
     "__version__",
     "agency",
+    "approve",
     "open_store",
+    "pass_",
+    "propagate",
+    "reject",
 ]

@@ -111,6 +111,7 @@ class RuntimeContext:
         "_tokens",
         "abort_signal",
         "globals",
+        "journal",
         "model",
         "run_id",
         "subprocess_depth",
@@ -137,6 +138,7 @@ class RuntimeContext:
         self.globals: dict[str, dict[str, Any]] = globals if globals is not None else {}
         self.subprocess_depth = subprocess_depth
         self.abort_signal = AbortSignal()
+        self.journal: Any = None  # the run's RunJournal, set by the run boundary
         self._cost_pico = usd_to_pico(cost, what="cost")
         self._tokens = tokens
         self._lock = threading.Lock()
@@ -197,6 +199,8 @@ class BranchState:
     abort_signal: AbortSignal = field(default_factory=AbortSignal)
     guards: tuple[Any, ...] = ()
     handlers: tuple[Any, ...] = ()
+    handler_depth: int = 0
+    """How many interrupt handlers are running around this branch (0 outside any)."""
 
     @classmethod
     def for_context(cls, ctx: RuntimeContext) -> BranchState:

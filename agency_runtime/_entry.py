@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.util
 import inspect
+import os
 import sys
 import typing
+from collections import OrderedDict
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
-from ._errors import InvalidArgumentError, ResultSerializationError
+from ._errors import EntryImportError, InvalidArgumentError, ResultSerializationError
 
 __all__ = [
     "diff_arguments",
@@ -136,3 +142,108 @@ def revive_value(text: str | None, adapter: TypeAdapter[Any] | None) -> Any:
     if adapter is not None:
         return adapter.validate_json(text)
     return from_json(text)
+
+
+# -- finding an entry again ------------------------------------------------------------------
+
+_REMEMBERED: OrderedDict[str, Callable[..., Any]] = OrderedDict()
+_REMEMBER_LIMIT = 4096
+
+
+def remember_entry(run_id: str, entry: Callable[..., Any]) -> None:
+    """Keep ``entry`` for ``run_id`` in this process, so closures and lambdas resume too."""
+    _REMEMBERED[run_id] = entry
+    _REMEMBERED.move_to_end(run_id)
+    while len(_REMEMBERED) > _REMEMBER_LIMIT:
+        _REMEMBERED.popitem(last=False)
+
+
+def find_entry(run_id: str, ref: str) -> Callable[..., Any]:
+    """The entry of ``run_id``: the one this process remembers, else imported by ``ref``."""
+    remembered = _REMEMBERED.get(run_id)
+    if remembered is not None and entry_ref(remembered) == ref:
+        return remembered
+    entry = import_entry(ref)
+    remember_entry(run_id, entry)
+    return entry
+
+
+def import_entry(ref: str) -> Callable[..., Any]:
+    """Import ``module:qualname`` (the module part may be a script path)."""
+    module_name, sep, qualname = ref.rpartition(":")
+    if not sep or not module_name or not qualname:
+        raise EntryImportError(f"{ref!r} is not an entry reference of the form 'module:qualname'")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise EntryImportError(
+            f"the entry {ref!r} was defined inside a function (or is a lambda), so a new process "
+            "cannot import it; resume the run in the process that started it, or define the "
+            "entry at module level"
+        )
+    try:
+        if module_name.endswith(".py") or os.sep in module_name:
+            module = _import_script(module_name)
+        else:
+            module = importlib.import_module(module_name)
+        target: Any = module
+        for part in qualname.split("."):
+            target = getattr(target, part)
+    except EntryImportError:
+        raise
+    except Exception as exc:
+        raise EntryImportError(
+            f"cannot import the entry {ref!r} ({type(exc).__name__}: {exc}); make sure the module "
+            "is importable here (installed, or on sys.path / PYTHONPATH)"
+        ) from exc
+    if not callable(target):
+        raise EntryImportError(f"the entry {ref!r} is a {type(target).__name__}, not a callable")
+    return target  # type: ignore[no-any-return]
+
+
+def _import_script(path: str) -> ModuleType:
+    name = "_agency_entry_" + hashlib.blake2b(path.encode(), digest_size=8).hexdigest()
+    existing = sys.modules.get(name)
+    if existing is not None:
+        return existing
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise EntryImportError(f"cannot load the script {path!r} that defined the run's entry")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def decode_arguments(
+    entry: Callable[..., Any], text: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Stored arguments, validated into the entry's parameter annotations where it has them."""
+    data = from_json(text)
+    args, kwargs = list(data.get("args", [])), dict(data.get("kwargs", {}))
+    try:
+        signature = inspect.signature(entry)
+        hints = typing.get_type_hints(entry)
+    except (TypeError, ValueError, NameError):
+        return tuple(args), kwargs
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise EntryImportError(
+            f"the stored arguments no longer fit the entry's signature {signature}: {exc}"
+        ) from exc
+    for name, value in list(bound.arguments.items()):
+        annotation = hints.get(name)
+        if annotation is None:
+            continue
+        kind = signature.parameters[name].kind
+        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            bound.arguments[name] = tuple(adapter.validate_python(v) for v in value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            bound.arguments[name] = {k: adapter.validate_python(v) for k, v in value.items()}
+        else:
+            bound.arguments[name] = adapter.validate_python(value)
+    return bound.args, bound.kwargs

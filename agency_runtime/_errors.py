@@ -12,10 +12,12 @@ Tree::
 
     AgencyError
     ├── InvalidArgumentError (also ValueError)
+    │   └── InterruptAnswerError
     ├── OutsideFrameError (also RuntimeError)
     ├── StoreError
     │   ├── StoreUnavailableError
-    │   └── StoreSchemaError
+    │   ├── StoreSchemaError
+    │   └── JournalCorruptError
     ├── RunNotFoundError (also LookupError)
     ├── RunConflictError
     ├── EntryImportError
@@ -42,7 +44,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._results import RunResult
+    from ._records import Checkpoint
+    from ._results import Interrupt, RunResult
 
 __all__ = [
     "AgencyCancelledError",
@@ -52,7 +55,9 @@ __all__ = [
     "GuardApproveError",
     "GuardExceededError",
     "HandlerRecursionError",
+    "InterruptAnswerError",
     "InvalidArgumentError",
+    "JournalCorruptError",
     "LockReentryError",
     "LockTimeoutError",
     "NondeterminismError",
@@ -105,6 +110,10 @@ class StoreSchemaError(StoreError):
     """The store holds data in a schema this version of agency-runtime cannot use."""
 
 
+class JournalCorruptError(StoreError):
+    """A journal row of a run could not be read back."""
+
+
 class RunNotFoundError(AgencyError, LookupError):
     """No run with the given run id exists in the store."""
 
@@ -155,6 +164,10 @@ class RunPausedError(AgencyError):
             f"run {result.run_id!r} is paused on {count} interrupt(s); answer them with "
             "`await agency.respond_to_interrupts(result, responses)`"
         )
+
+
+class InterruptAnswerError(InvalidArgumentError):
+    """Answers given to ``respond_to_interrupts`` do not fit the run's pending interrupts."""
 
 
 class ResultSerializationError(AgencyError):
@@ -224,6 +237,22 @@ class StructuredOutputError(AgencyError):
 class RunPaused(BaseException):
     """Signal: the run paused on interrupts; the run boundary turns it into a paused result."""
 
+    def __init__(self, interrupts: list[Interrupt]) -> None:
+        self.interrupts = interrupts
+        ids = ", ".join(i.interrupt_id for i in interrupts)
+        super().__init__(f"run paused on interrupt(s) {ids}")
+
 
 class RestoreSignal(BaseException):
     """Signal: ``agency.restore`` asks the run boundary to rewind to a checkpoint."""
+
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        args: dict[str, Any] | list[Any] | tuple[Any, ...] | None = None,
+        globals: dict[str, Any] | None = None,
+    ) -> None:
+        self.checkpoint = checkpoint
+        self.new_args = args
+        self.new_globals = globals
+        super().__init__(f"Restoring to checkpoint {checkpoint.checkpoint_id}")

@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from ._checkpoints import create_checkpoint, get_checkpoint, restore
 from ._context import AbortSignal, BranchState, RuntimeContext
-from ._errors import InvalidArgumentError, RunNotFoundError
+from ._errors import InvalidArgumentError
 from ._frame import (
     CallsiteLocation,
     Frame,
@@ -24,10 +25,11 @@ from ._frame import (
     current_frame_maybe,
     use_frame,
 )
+from ._interrupts import handler, interrupt, with_handler
 from ._money import usd_to_pico
-from ._results import RunStatus
+from ._recovery import RunsNamespace, respond_to_interrupts, resume
 from ._run import run, run_sync
-from ._store import RunRecord, Store, resolve_store
+from ._scope import with_resumable_scope
 from ._threads import (
     Message,
     MessageContent,
@@ -121,30 +123,6 @@ class ThreadsNamespace:
         return None if frame is None else frame.threads.active()
 
 
-class RunsNamespace:
-    """``agency.runs``: an admin view of the runs in a store."""
-
-    async def list(
-        self,
-        *,
-        store: str | Store | None = None,
-        status: RunStatus | None = None,
-        limit: int = 100,
-    ) -> builtins.list[RunRecord]:
-        """Runs, newest first (optionally only those with ``status``)."""
-        if limit < 1:
-            raise InvalidArgumentError(f"limit must be 1 or more, got {limit}")
-        return await resolve_store(store).list_runs(status=status, limit=limit)
-
-    async def get(self, run_id: str, *, store: str | Store | None = None) -> RunRecord:
-        """The stored run ``run_id``; raises :class:`RunNotFoundError` if there is none."""
-        store_ = resolve_store(store)
-        record = await store_.get_run(run_id)
-        if record is None:
-            raise RunNotFoundError(run_id, store_.url)
-        return record
-
-
 class Agency:
     """The ``agency`` namespace. Use the module-level instance, ``agency``."""
 
@@ -155,6 +133,18 @@ class Agency:
 
     run = staticmethod(run)
     run_sync = staticmethod(run_sync)
+    resume = staticmethod(resume)
+    respond_to_interrupts = staticmethod(respond_to_interrupts)
+    with_resumable_scope = staticmethod(with_resumable_scope)
+    interrupt = staticmethod(interrupt)
+    with_handler = staticmethod(with_handler)
+    handler = staticmethod(handler)
+    get_checkpoint = staticmethod(get_checkpoint)
+    restore = staticmethod(restore)
+
+    async def checkpoint(self, label: str | None = None) -> str:
+        """Record a checkpoint of the run here and return its id."""
+        return await create_checkpoint(label)
 
     # -- context ---------------------------------------------------------------------------
 

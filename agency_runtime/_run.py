@@ -24,27 +24,33 @@ import anyio
 from ._context import BranchState, RuntimeContext
 from ._entry import (
     check_entry,
+    decode_arguments,
     diff_arguments,
     encode_arguments,
     encode_value,
     entry_ref,
+    remember_entry,
     return_adapter,
     revive_value,
 )
 from ._errors import (
     AgencyCancelledError,
     AgencyError,
+    EntryImportError,
     InvalidArgumentError,
+    RestoreSignal,
     ResultSerializationError,
     RunConflictError,
+    RunPaused,
 )
 from ._frame import Frame, call_in_frame
+from ._journal import RunJournal
 from ._money import pico_to_usd
-from ._results import ErrorInfo, RunResult, RunStatus
+from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._store import RunRecord, Store, resolve_store
 from ._threads import ThreadStore
 
-__all__ = ["run", "run_sync"]
+__all__ = ["drive", "run", "run_sync"]
 
 logger = logging.getLogger("agency_runtime.run")
 
@@ -119,8 +125,9 @@ async def run(
     (else ``AGENCY_MODEL``).
 
     With the ``run_id`` of a completed or cancelled run, the stored result is returned and
-    nothing executes; a paused or failed run continues; reusing an id with a different entry
-    or different arguments raises :class:`RunConflictError` saying what differs.
+    nothing executes; a paused, failed or crashed run continues from its journal (completed
+    steps are not run again); reusing an id with a different entry or different arguments
+    raises :class:`RunConflictError` saying what differs.
     """
     check_entry(entry)
     run_id = _check_run_id(run_id)
@@ -138,7 +145,7 @@ async def run(
         if stored.is_final:
             return _result_from_record(stored, entry)
         model = model or stored.model
-
+    remember_entry(run_id, entry)
     record = RunRecord(
         run_id=run_id,
         status="running",
@@ -146,20 +153,31 @@ async def run(
         arguments=arguments,
         model=model or os.environ.get("AGENCY_MODEL") or None,
     )
+    return await drive(store_, record, entry, args, kwargs)
+
+
+async def drive(
+    store: Store,
+    record: RunRecord,
+    entry: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> RunResult:
+    """Claim ``record.run_id`` (waiting for a live holder) and execute it, or return its result."""
     owner = f"{os.getpid()}:{uuid.uuid4().hex[:12]}"
     delay = _WAIT_MIN
     while True:
-        claim = await store_.claim_run(record, owner=owner, lease_seconds=LEASE_SECONDS)
+        claim = await store.claim_run(record, owner=owner, lease_seconds=LEASE_SECONDS)
         if claim.acquired:
             break
-        _check_same_inputs(claim.record, ref, arguments)
+        _check_same_inputs(claim.record, record.entry, record.arguments)
         if claim.record.is_final:
             return _result_from_record(claim.record, entry)
-        finished = await _wait_for_holder(store_, run_id, delay)
+        finished = await _wait_for_holder(store, record.run_id, delay)
         if finished is not None:
             return _result_from_record(finished, entry)
         delay = min(delay * 2, _WAIT_MAX)
-    return await _execute(store_, claim.record, owner, entry, args, kwargs)
+    return await _execute(store, claim.record, owner, entry, args, kwargs)
 
 
 async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord | None:
@@ -200,56 +218,72 @@ async def _execute(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> RunResult:
+    journal_data = await store.load_journal(record.run_id)
+    journal = RunJournal(record.run_id, store, owner, journal_data)
     ctx = RuntimeContext(record.run_id, model=record.model)
-    frame = Frame(ctx, BranchState.for_context(ctx), ThreadStore.with_default_active())
-    status: RunStatus
+    # Spend never decreases: start from the most the store knows was spent.
+    ctx.charge(
+        pico=max([record.cost_pico, *(e.cost_pico for e in journal_data.entries)]),
+        tokens=max([record.tokens, *(e.tokens for e in journal_data.entries)]),
+    )
+    ctx.journal = journal
+    status: RunStatus = "failed"
     value: Any = None
     value_json: str | None = None
     error: BaseException | None = None
+    interrupts: list[Interrupt] = []
     started = record.started_at or time.time()
     async with anyio.create_task_group() as renewals:
         renewals.start_soon(_renew_lease, store, record.run_id, owner)
         try:
-            with anyio.CancelScope() as scope:
-                unsubscribe = ctx.abort_signal.add_callback(lambda _reason: scope.cancel())
-                try:
-                    value = await call_in_frame(frame, lambda: entry(*args, **kwargs))
-                finally:
-                    unsubscribe()
-            if scope.cancelled_caught:
-                status, error = "cancelled", ctx.abort_signal.reason
-            else:
-                status = "completed"
+            if record.overrides is not None:
+                args, kwargs = decode_arguments(entry, record.overrides)
+            while True:
+                journal.begin_execution()
+                frame = Frame(ctx, BranchState.for_context(ctx), ThreadStore.with_default_active())
+                outcome = await _call_entry(frame, entry, args, kwargs)
+                if isinstance(outcome, RestoreSignal):
+                    args, kwargs = await _rewind(journal, ctx, entry, args, kwargs, outcome)
+                    continue
+                break
+            if isinstance(outcome, RunPaused):
+                await journal.record_pause()
+                status, interrupts = "paused", _unique(journal.paused or outcome.interrupts)
+            elif isinstance(outcome, AgencyCancelledError):
+                status, error = "cancelled", outcome
+            elif isinstance(outcome, _Completed):
                 value_json = encode_value(
-                    value, what=f"the value returned by run {record.run_id!r}"
+                    outcome.value, what=f"the value returned by run {record.run_id!r}"
                 )
-                value = revive_value(value_json, return_adapter(entry))
-        except AgencyCancelledError as exc:
-            status, error = "cancelled", exc
-        except ResultSerializationError as exc:
-            status, error, value = "failed", exc, None
-        except Exception as exc:
-            status, error = "failed", exc
-            logger.debug("run %r failed", record.run_id, exc_info=True)
+                status, value = "completed", revive_value(value_json, return_adapter(entry))
+            else:
+                status, error = "failed", outcome
+                logger.debug("run %r failed", record.run_id, exc_info=outcome)
+        except (ResultSerializationError, EntryImportError, AgencyCancelledError) as exc:
+            status, error = (
+                ("cancelled" if isinstance(exc, AgencyCancelledError) else "failed"),
+                exc,
+            )
         finally:
             renewals.cancel_scope.cancel()
     finished = time.time()
-    outcome = record.model_copy(
+    outcome_record = record.model_copy(
         update={
             "status": status,
             "value": value_json,
             "error": None if error is None else ErrorInfo.from_exception(error),
-            "cost_pico": record.cost_pico + ctx.cost_pico,
-            "tokens": record.tokens + ctx.tokens,
+            "interrupts": interrupts,
+            "cost_pico": ctx.cost_pico,
+            "tokens": ctx.tokens,
             "finished_at": finished,
         }
     )
     with anyio.CancelScope(shield=True):
-        stored = await store.finish_run(outcome, owner=owner)
+        stored = await store.finish_run(outcome_record, owner=owner)
     if not stored:
         logger.warning(
-            "run %r finished with status %r, but another process holds its lease now; "
-            "the store keeps that process's outcome",
+            "run %r finished with status %r, but it was cancelled or another process holds "
+            "its lease now; the store keeps that outcome",
             record.run_id,
             status,
         )
@@ -257,15 +291,98 @@ async def _execute(
         run_id=record.run_id,
         status=status,
         value=value,
-        cost=pico_to_usd(outcome.cost_pico),
-        tokens=outcome.tokens,
-        error=outcome.error,
+        interrupts=interrupts,
+        cost=pico_to_usd(outcome_record.cost_pico),
+        tokens=outcome_record.tokens,
+        error=outcome_record.error,
         created_at=_when(record.created_at),
         started_at=_when(started),
         finished_at=_when(finished),
         duration=finished - started,
         exception=error,
     )
+
+
+class _Completed:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_Outcome = _Completed | RunPaused | RestoreSignal | AgencyCancelledError | Exception
+
+
+async def _call_entry(
+    frame: Frame, entry: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> _Outcome:
+    """Run the entry once; sort how it ended (a value, a pause, a restore, …)."""
+    try:
+        with anyio.CancelScope() as scope:
+            unsubscribe = frame.ctx.abort_signal.add_callback(lambda _reason: scope.cancel())
+            try:
+                value = await call_in_frame(frame, lambda: entry(*args, **kwargs))
+            finally:
+                unsubscribe()
+        if scope.cancelled_caught:
+            reason = frame.ctx.abort_signal.reason
+            return reason if isinstance(reason, AgencyCancelledError) else AgencyCancelledError()
+        return _Completed(value)
+    except BaseException as exc:
+        return _sort(exc)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _sort(exc: BaseException) -> _Outcome:
+    leaves = _leaves(exc)
+    for kind in (RestoreSignal,):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return leaf
+    for leaf in leaves:
+        if isinstance(leaf, Exception) and not isinstance(leaf, AgencyCancelledError):
+            return leaf
+    for leaf in leaves:
+        if isinstance(leaf, RunPaused | AgencyCancelledError):
+            return leaf
+    raise exc  # KeyboardInterrupt, SystemExit, an outer cancellation: not ours to handle
+
+
+def _unique(interrupts: list[Interrupt]) -> list[Interrupt]:
+    seen: dict[str, Interrupt] = {}
+    for item in interrupts:
+        seen.setdefault(item.interrupt_id, item)
+    return list(seen.values())
+
+
+async def _rewind(
+    journal: RunJournal,
+    ctx: RuntimeContext,
+    entry: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    signal: RestoreSignal,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Rewind to ``signal.checkpoint`` and return the arguments to run the entry with."""
+    overrides = None
+    if signal.new_args is not None:
+        if isinstance(signal.new_args, dict):
+            kwargs = {**kwargs, **signal.new_args}
+        else:
+            args = tuple(signal.new_args)
+        overrides = encode_arguments(args, kwargs)
+    await journal.rewind(signal.checkpoint.seq, overrides=overrides)
+    restored = {module: dict(values) for module, values in signal.checkpoint.globals.items()}
+    if signal.new_globals:
+        restored.setdefault("", {}).update(signal.new_globals)
+    ctx.globals.clear()
+    ctx.globals.update(restored)
+    return args, kwargs
 
 
 def run_sync(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult:

@@ -12,6 +12,7 @@ Everything round-trips through JSON (:meth:`ThreadStore.to_json` /
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._errors import InvalidArgumentError
 
 __all__ = [
+    "CHANGES",
     "Message",
     "MessageContent",
     "MessageThread",
@@ -32,6 +34,20 @@ Role = Literal["system", "user", "assistant", "tool"]
 _ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 MessageContent = str | list[dict[str, Any]]
 """Text, or a list of provider content parts (``{"type": "text", ...}``, images, …)."""
+
+
+ThreadChange = list[Any]
+"""One change to a run's threads, as JSON data: ``["new", id, parent_id, label, hidden,
+messages]``, ``["push", id, message]``, ``["queue", id, queued]`` or ``["take", id]``."""
+
+CHANGES: ContextVar[list[ThreadChange] | None] = ContextVar("agency_thread_changes", default=None)
+"""Where thread changes are reported while a journaled step runs (``None``: nobody listens)."""
+
+
+def _report(change: ThreadChange) -> None:
+    changes = CHANGES.get()
+    if changes is not None:
+        changes.append(change)
 
 
 class Message(BaseModel):
@@ -91,6 +107,8 @@ class MessageThread(BaseModel):
         if label is not None:
             message = message.model_copy(update={"label": label})
         self.messages.append(message)
+        if CHANGES.get() is not None:
+            _report(["push", self.id, message.model_dump(exclude_defaults=True)])
 
     def add(self, role: Role, content: MessageContent, label: str | None = None) -> Message:
         """Build a message from ``role`` and ``content``, push it and return it."""
@@ -126,13 +144,16 @@ class MessageThread(BaseModel):
                 "queue_message: assistant-role queued messages must have string content"
             )
         _check_content(content, "queue_message: content")
-        self.queued_messages.append(
-            QueuedMessage.model_construct(role=role, content=content, label=label)
-        )
+        queued = QueuedMessage.model_construct(role=role, content=content, label=label)
+        self.queued_messages.append(queued)
+        if CHANGES.get() is not None:
+            _report(["queue", self.id, queued.model_dump()])
 
     def take_queued(self) -> list[QueuedMessage]:
         """Remove and return every queued message, oldest first (used by LLM delivery)."""
         queued, self.queued_messages = self.queued_messages, []
+        if queued:
+            _report(["take", self.id])
         return queued
 
     def to_llm_messages(self) -> list[dict[str, Any]]:
@@ -228,6 +249,7 @@ class ThreadStore:
         """Create an empty thread and return its id (it is not made active)."""
         thread_id = self._registry.new_id()
         self._registry.threads[thread_id] = MessageThread(id=thread_id, label=label, hidden=hidden)
+        _report(["new", thread_id, None, label, hidden, None])
         return thread_id
 
     def create_subthread(self, *, label: str | None = None) -> str:
@@ -237,11 +259,15 @@ class ThreadStore:
         active, in which case the new thread is empty).
         """
         parent = self.active()
-        thread_id = self.create(label=label)
+        thread_id = self._registry.new_id()
+        thread = MessageThread(id=thread_id, label=label)
         if parent is not None:
-            thread = self._registry.threads[thread_id]
             thread.messages = list(parent.messages)
             thread.parent_id = parent.id
+        self._registry.threads[thread_id] = thread
+        if CHANGES.get() is not None:
+            copied = [m.model_dump(exclude_defaults=True) for m in thread.messages]
+            _report(["new", thread_id, thread.parent_id, label, False, copied])
         return thread_id
 
     def get(self, thread_id: str | int) -> MessageThread:
@@ -310,6 +336,35 @@ class ThreadStore:
         if active_id is not None:
             view.push_active(active_id)
         return view
+
+    def apply_changes(self, changes: list[ThreadChange]) -> None:
+        """Replay changes recorded by a journaled step (see :data:`CHANGES`).
+
+        The changes are reported again, so an enclosing step that is still running records
+        them too.
+        """
+        threads = self._registry.threads
+        for change in changes:
+            kind, thread_id = change[0], change[1]
+            if kind == "new":
+                _, _, parent_id, label, hidden, messages = change
+                thread = MessageThread(
+                    id=thread_id, parent_id=parent_id, label=label, hidden=hidden
+                )
+                if messages:
+                    thread.messages = [Message.model_validate(m) for m in messages]
+                threads[thread_id] = thread
+                if thread_id.isdigit():
+                    self._registry.counter = max(self._registry.counter, int(thread_id) + 1)
+            elif kind == "push":
+                threads[thread_id].messages.append(Message.model_validate(change[2]))
+            elif kind == "queue":
+                threads[thread_id].queued_messages.append(QueuedMessage.model_validate(change[2]))
+            elif kind == "take":
+                threads[thread_id].queued_messages = []
+            else:
+                raise ValueError(f"unknown thread change {kind!r}")
+            _report(change)
 
     # -- listing ---------------------------------------------------------------------------
 

@@ -16,9 +16,20 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
 from .._results import FINAL_STATUSES, ErrorInfo, Interrupt, RunStatus
 
-__all__ = ["Claim", "RunRecord", "Store", "claim_decision"]
+__all__ = [
+    "Checkpoint",
+    "Claim",
+    "InterruptAnswer",
+    "InterruptResponse",
+    "Journal",
+    "JournalEntry",
+    "RunRecord",
+    "Store",
+    "claim_decision",
+]
 
 
 class RunRecord(BaseModel):
@@ -31,6 +42,9 @@ class RunRecord(BaseModel):
     entry: str = Field(description="Where the entry lives, as 'module:qualname'.")
     arguments: str = Field(description='The JSON {"args": [...], "kwargs": {...}} given.')
     model: str | None = None
+    overrides: str | None = Field(
+        default=None, description="The JSON arguments a restore replaced them with, if any."
+    )
     value: str | None = Field(default=None, description="The JSON of the entry's value.")
     error: ErrorInfo | None = None
     interrupts: list[Interrupt] = Field(default_factory=list)
@@ -126,6 +140,56 @@ class Store(Protocol):
         self, *, status: RunStatus | None = None, limit: int = 100
     ) -> list[RunRecord]:
         """Runs, newest first, optionally only those with ``status``."""
+        ...
+
+    # -- the journal -------------------------------------------------------------------
+
+    async def load_journal(self, run_id: str) -> Journal:
+        """Every step, interrupt and checkpoint stored for ``run_id``, in journal order."""
+        ...
+
+    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
+        """Append a completed step in one transaction, while ``owner`` holds the lease.
+
+        Returns ``False`` (writing nothing) when the lease was lost or the run cancelled.
+        """
+        ...
+
+    async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
+        """Store interrupts a run is pausing on (unanswered), while ``owner`` holds the lease."""
+        ...
+
+    async def answer_interrupts(
+        self, run_id: str, responses: dict[str, InterruptResponse]
+    ) -> list[str]:
+        """Store answers for pending interrupts, all or none.
+
+        Returns the ids that could not be answered (unknown, or answered already); when the
+        list is not empty nothing was written.
+        """
+        ...
+
+    async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:
+        """Store (or replace) a checkpoint, while ``owner`` holds the lease."""
+        ...
+
+    async def rewind(
+        self, run_id: str, seq: int, *, owner: str, overrides: str | None = None
+    ) -> bool:
+        """Delete every journal event after position ``seq`` (restore to a checkpoint).
+
+        ``overrides``, when given, becomes the run's effective arguments from now on.
+        """
+        ...
+
+    # -- administration ------------------------------------------------------------------
+
+    async def cancel_run(self, run_id: str) -> RunRecord | None:
+        """Mark a run cancelled unless it is final; its holder stops at its next step."""
+        ...
+
+    async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
+        """Copy a run and its journal up to position ``upto_seq`` under a new id (paused)."""
         ...
 
     def close(self) -> None:

@@ -6,6 +6,8 @@ import threading
 import time
 from typing import ClassVar
 
+from .._errors import RunNotFoundError
+from .._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
 from .._results import RunStatus
 from ._base import Claim, RunRecord, claim_decision
 
@@ -25,6 +27,9 @@ class MemoryStore:
     def __init__(self, name: str | None = None) -> None:
         self._name = name
         self._runs: dict[str, RunRecord] = {}
+        self._steps: dict[str, dict[str, JournalEntry]] = {}
+        self._answers: dict[str, dict[str, InterruptAnswer]] = {}
+        self._checkpoints: dict[str, dict[str, Checkpoint]] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -118,6 +123,128 @@ class MemoryStore:
             records = [r for r in self._runs.values() if status is None or r.status == status]
         records.sort(key=lambda r: r.created_at, reverse=True)
         return [r.model_copy(deep=True) for r in records[:limit]]
+
+    def _holds(self, run_id: str, owner: str) -> bool:
+        stored = self._runs.get(run_id)
+        return stored is not None and stored.lease_owner == owner and stored.status == "running"
+
+    async def load_journal(self, run_id: str) -> Journal:
+        with self._lock:
+            return Journal(
+                entries=sorted(self._steps.get(run_id, {}).values(), key=lambda e: e.seq),
+                answers=sorted(self._answers.get(run_id, {}).values(), key=lambda a: a.seq),
+                checkpoints=sorted(self._checkpoints.get(run_id, {}).values(), key=lambda c: c.seq),
+            ).model_copy(deep=True)
+
+    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
+        with self._lock:
+            if not self._holds(entry.run_id, owner):
+                return False
+            self._steps.setdefault(entry.run_id, {})[entry.path] = entry.model_copy()
+            return True
+
+    async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
+        with self._lock:
+            if any(not self._holds(a.run_id, owner) for a in answers):
+                return False
+            for answer in answers:
+                table = self._answers.setdefault(answer.run_id, {})
+                table[answer.interrupt.interrupt_id] = answer.model_copy(deep=True)
+            return True
+
+    async def answer_interrupts(
+        self, run_id: str, responses: dict[str, InterruptResponse]
+    ) -> list[str]:
+        with self._lock:
+            table = self._answers.get(run_id, {})
+            refused = [
+                key for key in responses if key not in table or table[key].response is not None
+            ]
+            if refused:
+                return refused
+            now = time.time()
+            for key, response in responses.items():
+                table[key] = table[key].model_copy(
+                    update={"response": response, "answered_at": now}
+                )
+            return []
+
+    async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:
+        run_id = checkpoint.run_id or ""
+        with self._lock:
+            if not self._holds(run_id, owner):
+                return False
+            table = self._checkpoints.setdefault(run_id, {})
+            table[checkpoint.checkpoint_id] = checkpoint.model_copy(deep=True)
+            return True
+
+    async def rewind(
+        self, run_id: str, seq: int, *, owner: str, overrides: str | None = None
+    ) -> bool:
+        with self._lock:
+            if not self._holds(run_id, owner):
+                return False
+            if overrides is not None:
+                self._runs[run_id].overrides = overrides
+            for table in (self._steps, self._answers, self._checkpoints):
+                events = table.get(run_id, {})
+                for key in [k for k, v in events.items() if v.seq > seq]:
+                    del events[key]
+            return True
+
+    async def cancel_run(self, run_id: str) -> RunRecord | None:
+        with self._lock:
+            stored = self._runs.get(run_id)
+            if stored is None:
+                return None
+            if not stored.is_final:
+                stored = self._runs[run_id] = stored.model_copy(
+                    update={
+                        "status": "cancelled",
+                        "lease_owner": None,
+                        "lease_expires_at": None,
+                        "version": stored.version + 1,
+                        "finished_at": time.time(),
+                        "updated_at": time.time(),
+                    }
+                )
+            return stored.model_copy(deep=True)
+
+    async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
+        with self._lock:
+            source = self._runs.get(run_id)
+            if source is None:
+                raise RunNotFoundError(run_id, self.url)
+            now = time.time()
+            forked = source.model_copy(
+                update={
+                    "run_id": new_run_id,
+                    "status": "paused",
+                    "value": None,
+                    "error": None,
+                    "interrupts": [],
+                    "attempts": 0,
+                    "version": 1,
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                    "created_at": now,
+                    "started_at": None,
+                    "finished_at": None,
+                    "updated_at": now,
+                },
+                deep=True,
+            )
+            self._runs[new_run_id] = forked
+            # Answers are not copied: interrupt ids derive from the run id, so the fork asks
+            # its own questions again.
+            for table in (self._steps, self._checkpoints):
+                copied = {
+                    key: event.model_copy(update={"run_id": new_run_id}, deep=True)
+                    for key, event in table.get(run_id, {}).items()
+                    if event.seq <= upto_seq
+                }
+                table[new_run_id] = copied  # type: ignore[assignment]
+            return forked.model_copy(deep=True)
 
     def close(self) -> None:
         """Nothing to release: a memory store lives as long as the process."""

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter
 
-from .._errors import StoreError, StoreSchemaError, StoreUnavailableError
+from .._errors import RunNotFoundError, StoreError, StoreSchemaError, StoreUnavailableError
+from .._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
 from .._results import ErrorInfo, Interrupt, RunStatus
 from ._base import Claim, RunRecord, claim_decision
 
@@ -33,6 +34,7 @@ CREATE TABLE IF NOT EXISTS runs (
     entry            TEXT NOT NULL,
     arguments        TEXT NOT NULL,
     model            TEXT,
+    overrides        TEXT,
     value            TEXT,
     error            TEXT,
     interrupts       TEXT,
@@ -48,6 +50,37 @@ CREATE TABLE IF NOT EXISTS runs (
     updated_at       REAL NOT NULL
 ) STRICT;
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
+CREATE TABLE IF NOT EXISTS steps (
+    run_id     TEXT NOT NULL,
+    path       TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    name       TEXT NOT NULL,
+    callsite   TEXT NOT NULL,
+    result     TEXT NOT NULL,
+    locals     TEXT,
+    scopes     TEXT,
+    deltas     TEXT,
+    cost_pico  INTEGER NOT NULL,
+    tokens     INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (run_id, path)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS interrupts (
+    run_id       TEXT NOT NULL,
+    interrupt_id TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    interrupt    TEXT NOT NULL,
+    response     TEXT,
+    answered_at  REAL,
+    PRIMARY KEY (run_id, interrupt_id)
+) STRICT;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id        TEXT NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    body          TEXT NOT NULL,
+    PRIMARY KEY (run_id, checkpoint_id)
+) STRICT;
 """
 
 _COLUMNS = (
@@ -56,6 +89,7 @@ _COLUMNS = (
     "entry",
     "arguments",
     "model",
+    "overrides",
     "value",
     "error",
     "interrupts",
@@ -71,6 +105,25 @@ _COLUMNS = (
     "updated_at",
 )
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
+_STEP_COLUMNS = (
+    "run_id",
+    "path",
+    "seq",
+    "name",
+    "callsite",
+    "result",
+    "locals",
+    "scopes",
+    "deltas",
+    "cost_pico",
+    "tokens",
+    "created_at",
+)
+_HOLDS = "EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND lease_owner = ? AND status = 'running')"
+_INSERT_STEP = (
+    f"INSERT INTO steps ({', '.join(_STEP_COLUMNS)}) "
+    f"SELECT {', '.join('?' * len(_STEP_COLUMNS))} WHERE {_HOLDS}"
+)
 _INTERRUPTS = TypeAdapter(list[Interrupt])
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -309,6 +362,196 @@ class SqliteStore:
             ).fetchall()
         return [_record(row) for row in rows]
 
+    # -- the journal ---------------------------------------------------------------------
+
+    async def load_journal(self, run_id: str) -> Journal:
+        with self._db(f"load the journal of run {run_id!r}") as conn:
+            steps = conn.execute(
+                f"SELECT {', '.join(_STEP_COLUMNS)} FROM steps WHERE run_id = ? ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+            answers = conn.execute(
+                "SELECT seq, interrupt, response, answered_at FROM interrupts "
+                "WHERE run_id = ? ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+            checkpoints = conn.execute(
+                "SELECT body FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,)
+            ).fetchall()
+        try:
+            return Journal(
+                entries=[
+                    JournalEntry.model_construct(**dict(zip(_STEP_COLUMNS, row, strict=True)))
+                    for row in steps
+                ],
+                answers=[
+                    InterruptAnswer(
+                        run_id=run_id,
+                        seq=seq,
+                        interrupt=Interrupt.model_validate_json(interrupt),
+                        response=None
+                        if response is None
+                        else InterruptResponse.model_validate_json(response),
+                        answered_at=answered_at,
+                    )
+                    for seq, interrupt, response, answered_at in answers
+                ],
+                checkpoints=[Checkpoint.model_validate_json(body) for (body,) in checkpoints],
+            )
+        except ValueError as exc:
+            raise StoreError(f"the journal of run {run_id!r} is damaged: {exc}") from exc
+
+    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
+        values = (
+            entry.run_id,
+            entry.path,
+            entry.seq,
+            entry.name,
+            entry.callsite,
+            entry.result,
+            entry.locals,
+            entry.scopes,
+            entry.deltas,
+            entry.cost_pico,
+            entry.tokens,
+            entry.created_at,
+            entry.run_id,
+            owner,
+        )
+        with self._db(f"commit step {entry.path!r} of run {entry.run_id!r}") as conn:
+            return conn.execute(_INSERT_STEP, values).rowcount == 1
+
+    async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
+        if not answers:
+            return True
+        run_id = answers[0].run_id
+        with self._db(f"record the interrupts of run {run_id!r}", write=True) as conn:
+            if conn.execute(f"SELECT {_HOLDS}", (run_id, owner)).fetchone()[0] != 1:
+                return False
+            conn.executemany(
+                "INSERT OR REPLACE INTO interrupts "
+                "(run_id, interrupt_id, seq, interrupt, response, answered_at) "
+                "VALUES (?, ?, ?, ?, NULL, NULL)",
+                [
+                    (a.run_id, a.interrupt.interrupt_id, a.seq, a.interrupt.model_dump_json())
+                    for a in answers
+                ],
+            )
+            return True
+
+    async def answer_interrupts(
+        self, run_id: str, responses: dict[str, InterruptResponse]
+    ) -> list[str]:
+        now = time.time()
+        try:
+            with self._db(f"answer the interrupts of run {run_id!r}", write=True) as conn:
+                refused = [
+                    key
+                    for key, response in responses.items()
+                    if conn.execute(
+                        "UPDATE interrupts SET response = ?, answered_at = ? "
+                        "WHERE run_id = ? AND interrupt_id = ? AND response IS NULL",
+                        (response.model_dump_json(), now, run_id, key),
+                    ).rowcount
+                    != 1
+                ]
+                if refused:
+                    raise _Refused(refused)  # rolls the whole transaction back
+        except _Refused as refusal:
+            return refusal.keys
+        return []
+
+    async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:
+        run_id = checkpoint.run_id or ""
+        with self._db(f"save checkpoint {checkpoint.checkpoint_id!r}") as conn:
+            cursor = conn.execute(
+                "INSERT OR REPLACE INTO checkpoints (run_id, checkpoint_id, seq, body) "
+                f"SELECT ?, ?, ?, ? WHERE {_HOLDS}",
+                (
+                    run_id,
+                    checkpoint.checkpoint_id,
+                    checkpoint.seq,
+                    checkpoint.model_dump_json(),
+                    run_id,
+                    owner,
+                ),
+            )
+            return cursor.rowcount == 1
+
+    async def rewind(
+        self, run_id: str, seq: int, *, owner: str, overrides: str | None = None
+    ) -> bool:
+        with self._db(f"rewind run {run_id!r}", write=True) as conn:
+            if conn.execute(f"SELECT {_HOLDS}", (run_id, owner)).fetchone()[0] != 1:
+                return False
+            if overrides is not None:
+                conn.execute("UPDATE runs SET overrides = ? WHERE run_id = ?", (overrides, run_id))
+            for table in ("steps", "interrupts", "checkpoints"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND seq > ?", (run_id, seq))
+            return True
+
+    # -- administration -------------------------------------------------------------------
+
+    async def cancel_run(self, run_id: str) -> RunRecord | None:
+        now = time.time()
+        with self._db(f"cancel run {run_id!r}", write=True) as conn:
+            conn.execute(
+                "UPDATE runs SET status = 'cancelled', lease_owner = NULL, "
+                "lease_expires_at = NULL, version = version + 1, finished_at = ?, "
+                "updated_at = ? WHERE run_id = ? AND status NOT IN ('completed', 'cancelled')",
+                (now, now, run_id),
+            )
+            return self._fetch(conn, run_id)
+
+    async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
+        now = time.time()
+        with self._db(f"fork run {run_id!r}", write=True) as conn:
+            source = self._fetch(conn, run_id)
+            if source is None:
+                raise RunNotFoundError(run_id, self.url)
+            forked = source.model_copy(
+                update={
+                    "run_id": new_run_id,
+                    "status": "paused",
+                    "value": None,
+                    "error": None,
+                    "interrupts": [],
+                    "attempts": 0,
+                    "version": 1,
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                    "created_at": now,
+                    "started_at": None,
+                    "finished_at": None,
+                    "updated_at": now,
+                }
+            )
+            conn.execute(
+                f"INSERT INTO runs ({', '.join(_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(_COLUMNS))})",
+                _row(forked),
+            )
+            others = ", ".join(_STEP_COLUMNS[1:])
+            conn.execute(
+                f"INSERT INTO steps ({', '.join(_STEP_COLUMNS)}) SELECT ?, {others} "
+                "FROM steps WHERE run_id = ? AND seq <= ?",
+                (new_run_id, run_id, upto_seq),
+            )
+            # Answers are not copied: interrupt ids derive from the run id.
+            for cid, seq, body in conn.execute(
+                "SELECT checkpoint_id, seq, body FROM checkpoints WHERE run_id = ? AND seq <= ?",
+                (run_id, upto_seq),
+            ).fetchall():
+                moved = Checkpoint.model_validate_json(body).model_copy(
+                    update={"run_id": new_run_id}
+                )
+                conn.execute(
+                    "INSERT INTO checkpoints (run_id, checkpoint_id, seq, body) "
+                    "VALUES (?, ?, ?, ?)",
+                    (new_run_id, cid, seq, moved.model_dump_json()),
+                )
+            return forked
+
     def close(self) -> None:
         """Close the connection (idempotent); the file stays."""
         with self._lock:
@@ -318,6 +561,13 @@ class SqliteStore:
 
     def __repr__(self) -> str:
         return f"<SqliteStore {self._path!r}>"
+
+
+class _Refused(Exception):
+    """Internal: aborts a write transaction that must leave nothing behind."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
 
 
 def _error_json(error: ErrorInfo | None) -> str | None:

@@ -1,0 +1,215 @@
+"""Human-in-the-loop interrupts and the handler chain.
+
+``await agency.interrupt(effect, message, data)`` asks a question. The handlers installed
+around the call (``agency.with_handler`` / ``with agency.handler(h):``) are visited
+innermost first, every one of them: a rejection stops the walk; a ``propagate`` beats any
+approval; otherwise the outermost approval wins. A handler never hears an interrupt raised
+by its own code, and handlers nested more than ten deep raise ``HandlerRecursionError``.
+
+When no handler decides, the run pauses: ``RunPaused`` travels to the run boundary, which
+stores the interrupt and returns ``RunResult(status="paused")``. Interrupt ids are derived
+from the run id and the call site, so once an answer is stored the same call returns it
+(without running handlers) when the run continues.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal, TypeVar
+
+import anyio.lowlevel
+from pydantic import BaseModel, ConfigDict
+from pydantic_core import PydanticSerializationError, to_json
+
+from ._errors import AgencyError, HandlerRecursionError, InvalidArgumentError, RunPaused
+from ._frame import Frame, call_in_frame, current_frame, use_frame
+from ._journal import journal_of
+from ._records import InterruptResponse
+from ._results import Interrupt
+from ._scope import Position
+
+__all__ = [
+    "MAX_HANDLER_DEPTH",
+    "Handler",
+    "HandlerDecision",
+    "approve",
+    "interrupt",
+    "interrupt_id",
+    "pass_",
+    "propagate",
+    "reject",
+]
+
+T = TypeVar("T")
+
+MAX_HANDLER_DEPTH = 10
+"""Handlers may run inside handlers up to this depth."""
+
+
+class HandlerDecision(BaseModel):
+    """What a handler decided: approve, reject, propagate (defer upward) or pass."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    type: Literal["approve", "reject", "propagate", "pass"]
+    value: Any = None
+
+
+Decision = InterruptResponse | HandlerDecision | None
+Handler = Callable[[Interrupt], Decision | Awaitable[Decision]]
+"""A handler gets the :class:`Interrupt` and returns a decision (or ``None`` to pass)."""
+
+
+def approve(value: Any = None) -> InterruptResponse:
+    """Approve an interrupt, optionally with a value for the code that asked."""
+    return InterruptResponse(type="approve", value=value)
+
+
+def reject(value: Any = None) -> InterruptResponse:
+    """Reject an interrupt, optionally with a value for the code that asked."""
+    return InterruptResponse(type="reject", value=value)
+
+
+def propagate() -> HandlerDecision:
+    """Defer to the outer handlers and, failing them, to a human (beats approvals)."""
+    return HandlerDecision(type="propagate")
+
+
+def pass_() -> HandlerDecision:
+    """Express no opinion (the same as returning ``None``)."""
+    return HandlerDecision(type="pass")
+
+
+def interrupt_id(run_id: str, address: str, ordinal: int) -> str:
+    """The deterministic id of the ``ordinal``-th interrupt at ``address`` of a run."""
+    digest = hashlib.blake2b(f"{run_id}\x00{address}\x00{ordinal}".encode(), digest_size=10)
+    return f"intr_{digest.hexdigest()}"
+
+
+def _push_handler(handler: Handler, member: str) -> Frame:
+    if not callable(handler):
+        raise InvalidArgumentError(
+            f"agency.{member} needs a handler callable taking an Interrupt, "
+            f"got {type(handler).__name__}"
+        )
+    frame = current_frame(member)
+    return frame.evolve(stack=frame.stack.evolve(handlers=(*frame.stack.handlers, handler)))
+
+
+def with_handler(handler: Handler, fn: Callable[[], T | Awaitable[T]]) -> Awaitable[T]:
+    """Run ``fn`` with ``handler`` installed; it is removed when ``fn`` ends or raises."""
+    if not callable(fn):
+        raise InvalidArgumentError("agency.with_handler needs fn: a callable taking no arguments")
+    return call_in_frame(_push_handler(handler, "with_handler()"), fn)
+
+
+@contextmanager
+def handler(handler: Handler) -> Iterator[None]:
+    """``with agency.handler(h):`` — the context-manager form of :func:`with_handler`."""
+    with use_frame(_push_handler(handler, "handler()")):
+        yield
+
+
+def _as_decision(result: object, handler: Handler) -> HandlerDecision | InterruptResponse | None:
+    if result is None or isinstance(result, InterruptResponse | HandlerDecision):
+        return result
+    raise InvalidArgumentError(
+        f"Handler returned invalid result type: {type(result).__name__} from {handler!r}; "
+        "return approve(...), reject(...), propagate(), pass_() or None"
+    )
+
+
+async def dispatch(frame: Frame, asked: Interrupt) -> InterruptResponse | None:
+    """Walk the handler chain; the decision, or ``None`` when nobody decided."""
+    stack = frame.stack
+    handlers = stack.handlers
+    if not handlers:
+        return None
+    if stack.handler_depth >= MAX_HANDLER_DEPTH:
+        raise HandlerRecursionError(
+            f"interrupt handlers nested more than {MAX_HANDLER_DEPTH} deep while handling "
+            f"{asked.effect!r}: a handler keeps raising interrupts that handlers answer by "
+            "raising more"
+        )
+    approvals: list[InterruptResponse] = []
+    propagated = False
+    for index in range(len(handlers) - 1, -1, -1):
+        stack.abort_signal.raise_if_aborted()
+        current = handlers[index]
+        others = handlers[:index] + handlers[index + 1 :]
+        inner = frame.evolve(
+            stack=stack.evolve(handlers=others, handler_depth=stack.handler_depth + 1)
+        )
+        decision = _as_decision(
+            await call_in_frame(inner, lambda h=current: h(asked)),  # type: ignore[misc]
+            current,
+        )
+        if decision is None or decision.type == "pass":
+            continue
+        if decision.type == "reject":
+            return decision if isinstance(decision, InterruptResponse) else reject(decision.value)
+        if decision.type == "approve":
+            approvals.append(
+                decision if isinstance(decision, InterruptResponse) else approve(decision.value)
+            )
+        else:
+            propagated = True
+    if propagated or not approvals:
+        return None
+    return approvals[-1]  # the outermost approval wins
+
+
+async def interrupt(
+    effect: str = "unknown",
+    message: str = "",
+    data: Any = None,
+    expects_value: bool = False,
+) -> InterruptResponse:
+    """Ask a question; return the handlers' decision, or pause the run for a human answer."""
+    frame = current_frame("interrupt()")
+    if not isinstance(effect, str) or not effect.strip():
+        raise InvalidArgumentError(
+            f"an interrupt's effect must be a non-empty string, got {effect!r}"
+        )
+    try:
+        to_json(data)
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"interrupt data must be JSON data or pydantic models, since it is stored ({exc})"
+        ) from exc
+    journal = journal_of(frame.ctx)
+    position = frame.scope if isinstance(frame.scope, Position) else Position(None, "")
+    ordinal = journal.ordinal(position.address, "interrupt")
+    key = interrupt_id(journal.run_id or "", position.address, ordinal)
+    answer = journal.answers.get(key)
+    if answer is not None:
+        return answer
+    asked = Interrupt(
+        interrupt_id=key,
+        effect=effect,
+        message=message,
+        data=data,
+        origin=frame.callsite[0] if frame.callsite else "",
+        run_id=journal.run_id,
+        expects_value=expects_value,
+    )
+    decision = await dispatch(frame, asked)
+    if decision is not None:
+        return decision
+    if frame.stack.handler_depth > 0:
+        return reject(
+            f'Cannot ask the user about "{effect}" from inside a handler function: no other '
+            "handler answered it, and a handler cannot pause the run"
+        )
+    if not journal.durable:
+        raise AgencyError(
+            f"agency.interrupt({effect!r}) got no answer from a handler and would pause the "
+            "run, but this frame belongs to no run: call it inside agency.run(...), or "
+            "install a handler with agency.with_handler(...)"
+        )
+    journal.paused.append(asked)
+    # Let sibling tasks reach their own interrupts before this one unwinds the task group.
+    await anyio.lowlevel.checkpoint()
+    raise RunPaused([asked])

@@ -1,0 +1,195 @@
+"""A run's journal as one execution sees it: what is recorded, and writing new events.
+
+The run boundary loads the journal once per attempt and hangs it on the run's
+:class:`RuntimeContext`; scopes, interrupts and checkpoints read and extend it. Outside a
+run (``agency.test_context``) a journal lives only in memory, so the same code works in
+unit tests.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from pydantic_core import from_json
+
+from ._context import RuntimeContext
+from ._errors import AgencyCancelledError, JournalCorruptError
+from ._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
+from ._results import Interrupt
+from ._store import Store
+
+__all__ = ["RunJournal", "journal_of"]
+
+
+class RunJournal:
+    """Recorded steps, interrupt answers and checkpoints of one run, plus per-execution state.
+
+    ``store`` and ``owner`` are ``None`` for an in-memory journal (a test frame): nothing is
+    persisted and pausing is impossible.
+    """
+
+    __slots__ = (
+        "_counters",
+        "answers",
+        "checkpoints",
+        "entries",
+        "owner",
+        "paused",
+        "pending",
+        "restores",
+        "run_id",
+        "scope_locals",
+        "scope_names",
+        "seq",
+        "store",
+    )
+
+    def __init__(
+        self,
+        run_id: str | None,
+        store: Store | None = None,
+        owner: str | None = None,
+        journal: Journal | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.store = store
+        self.owner = owner
+        self.entries: dict[str, JournalEntry] = {}
+        self.answers: dict[str, InterruptResponse] = {}
+        self.pending: dict[str, Interrupt] = {}
+        self.checkpoints: dict[str, Checkpoint] = {}
+        self.scope_names: dict[tuple[str, int], str] = {}
+        self.scope_locals: dict[str, str] = {}
+        self.restores: dict[str, int] = defaultdict(int)
+        self.seq = 0
+        self.paused: list[Interrupt] = []
+        self._counters: dict[tuple[str, str], int] = defaultdict(int)
+        if journal is not None:
+            self._load(journal)
+
+    def _load(self, journal: Journal) -> None:
+        for entry in journal.entries:
+            self._index(entry)
+        for answer in journal.answers:
+            key = answer.interrupt.interrupt_id
+            if answer.response is None:
+                self.pending[key] = answer.interrupt
+            else:
+                self.answers[key] = answer.response
+        for checkpoint in journal.checkpoints:
+            self.checkpoints[checkpoint.checkpoint_id] = checkpoint
+        self.seq = journal.last_seq
+
+    def _index(self, entry: JournalEntry) -> None:
+        self.entries[entry.path] = entry
+        scope_path = entry.path.rpartition("/")[0]
+        if entry.locals is not None:
+            self.scope_locals[scope_path] = entry.locals
+        if entry.scopes:
+            try:
+                chain = from_json(entry.scopes)
+                for parent, ordinal, name in chain:
+                    self.scope_names[(str(parent), int(ordinal))] = str(name)
+            except (ValueError, TypeError) as exc:
+                raise JournalCorruptError(
+                    f"the journal of run {self.run_id!r} is damaged at step {entry.path!r}: "
+                    f"unreadable scope chain ({exc})"
+                ) from exc
+
+    @property
+    def durable(self) -> bool:
+        """Whether events are persisted (a real run) rather than kept in memory."""
+        return self.store is not None
+
+    # -- per-execution state -----------------------------------------------------------------
+
+    def begin_execution(self) -> None:
+        """Reset what one execution of the entry counts (a restore re-runs the entry)."""
+        self._counters.clear()
+        self.paused = []
+
+    def ordinal(self, address: str, kind: str) -> int:
+        """The next ordinal of ``kind`` (scope, interrupt, checkpoint, …) at ``address``."""
+        key = (address, kind)
+        value = self._counters[key]
+        self._counters[key] = value + 1
+        return value
+
+    def next_seq(self) -> int:
+        """Reserve the next journal position."""
+        self.seq += 1
+        return self.seq
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _lost(self) -> AgencyCancelledError:
+        return AgencyCancelledError(
+            f"run {self.run_id!r} was cancelled or taken over by another process; "
+            "this process stops here",
+            cause={"kind": "leaseLost"},
+        )
+
+    async def commit_step(self, entry: JournalEntry) -> None:
+        """Persist a completed step (one transaction) and index it."""
+        if self.store is not None:
+            assert self.owner is not None
+            if not await self.store.commit_step(entry, owner=self.owner):
+                raise self._lost()
+        self._index(entry)
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Persist a checkpoint and index it."""
+        if self.store is not None:
+            assert self.owner is not None
+            if not await self.store.save_checkpoint(checkpoint, owner=self.owner):
+                raise self._lost()
+        self.checkpoints[checkpoint.checkpoint_id] = checkpoint
+
+    async def record_pause(self) -> None:
+        """Persist the interrupts this execution paused on, before the run reports them."""
+        if self.store is None or not self.paused:
+            return
+        assert self.run_id is not None
+        assert self.owner is not None
+        answers = [
+            InterruptAnswer(run_id=self.run_id, seq=self.next_seq(), interrupt=interrupt)
+            for interrupt in self.paused
+        ]
+        if not await self.store.record_interrupts(answers, owner=self.owner):
+            raise self._lost()
+        for interrupt in self.paused:
+            self.pending[interrupt.interrupt_id] = interrupt
+
+    async def rewind(self, seq: int, *, overrides: str | None = None) -> None:
+        """Forget (and delete from the store) every event after position ``seq``."""
+        if self.store is not None:
+            assert self.run_id is not None
+            assert self.owner is not None
+            if not await self.store.rewind(self.run_id, seq, owner=self.owner, overrides=overrides):
+                raise self._lost()
+        entries = [e for e in self.entries.values() if e.seq <= seq]
+        self.entries, self.scope_locals, self.scope_names = {}, {}, {}
+        for entry in sorted(entries, key=lambda e: e.seq):
+            self._index(entry)
+        self.checkpoints = {k: c for k, c in self.checkpoints.items() if c.seq <= seq}
+        # Answers and pending interrupts carry no position in memory; reload keeps it exact.
+        if self.store is not None:
+            assert self.run_id is not None
+            fresh = await self.store.load_journal(self.run_id)
+            self.answers, self.pending = {}, {}
+            for answer in fresh.answers:
+                key = answer.interrupt.interrupt_id
+                if answer.response is None:
+                    self.pending[key] = answer.interrupt
+                else:
+                    self.answers[key] = answer.response
+        self.seq = max(self.seq, seq)
+
+
+def journal_of(ctx: RuntimeContext) -> RunJournal:
+    """The journal of ``ctx``'s run (an in-memory one is made for test frames)."""
+    journal = ctx.journal
+    if journal is None:
+        journal = ctx.journal = RunJournal(ctx.run_id)
+    assert isinstance(journal, RunJournal)
+    return journal
