@@ -8,7 +8,7 @@ unit tests.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 from pydantic_core import from_json
 
@@ -18,7 +18,7 @@ from ._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, J
 from ._results import Interrupt
 from ._store import Store
 
-__all__ = ["RunJournal", "journal_of"]
+__all__ = ["RunJournal", "journal_of", "paused_journals"]
 
 
 class RunJournal:
@@ -184,6 +184,50 @@ class RunJournal:
                 else:
                     self.answers[key] = answer.response
         self.seq = max(self.seq, seq)
+
+
+class _PausedJournals:
+    """Journals of runs paused in this process, so answering one does not re-read it.
+
+    An entry is valid while the run's ``version`` is the one it was cached at (every status
+    change and every stored answer bumps it), so another process's change is never missed.
+    """
+
+    def __init__(self, limit: int = 256) -> None:
+        self._limit = limit
+        self._items: OrderedDict[tuple[int, str], tuple[int, RunJournal]] = OrderedDict()
+
+    def keep(self, store: Store, run_id: str, version: int, journal: RunJournal) -> None:
+        """Remember ``journal`` as it is at ``version`` of the run."""
+        self._items[(id(store), run_id)] = (version, journal)
+        self._items.move_to_end((id(store), run_id))
+        while len(self._items) > self._limit:
+            self._items.popitem(last=False)
+
+    def answered(
+        self, store: Store, run_id: str, version: int, answers: dict[str, InterruptResponse]
+    ) -> None:
+        """Record answers this process stored (moving the run from ``version`` on by one)."""
+        item = self._items.get((id(store), run_id))
+        if item is None or item[0] != version:
+            self._items.pop((id(store), run_id), None)
+            return
+        journal = item[1]
+        for key, response in answers.items():
+            journal.answers[key] = response
+            journal.pending.pop(key, None)
+        self._items[(id(store), run_id)] = (version + 1, journal)
+
+    def take(self, store: Store, run_id: str, version: int) -> RunJournal | None:
+        """The cached journal if the run is exactly one claim past it, else ``None``."""
+        item = self._items.pop((id(store), run_id), None)
+        if item is None or item[0] + 1 != version:
+            return None
+        return item[1]
+
+
+paused_journals = _PausedJournals()
+"""The process-wide cache of paused runs' journals."""
 
 
 def journal_of(ctx: RuntimeContext) -> RunJournal:

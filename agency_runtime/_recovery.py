@@ -17,6 +17,7 @@ from ._errors import (
     RunNotFoundError,
 )
 from ._interrupts import HandlerDecision
+from ._journal import paused_journals
 from ._records import InterruptResponse, JournalEntry
 from ._results import Interrupt, RunResult, RunStatus
 from ._run import _result_from_record, drive
@@ -139,6 +140,8 @@ async def respond_to_interrupts(
             "no interrupts to answer"
         )
     refused = await store_.answer_interrupts(run_id, answers)
+    if not refused:
+        paused_journals.answered(store_, run_id, record.version, answers)
     if refused:
         pending = [i.interrupt_id for i in record.interrupts]
         raise InterruptAnswerError(

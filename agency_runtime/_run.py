@@ -44,7 +44,7 @@ from ._errors import (
     RunPaused,
 )
 from ._frame import Frame, call_in_frame
-from ._journal import RunJournal
+from ._journal import RunJournal, paused_journals
 from ._money import pico_to_usd
 from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._store import RunRecord, Store, resolve_store
@@ -218,13 +218,15 @@ async def _execute(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> RunResult:
-    journal_data = await store.load_journal(record.run_id)
-    journal = RunJournal(record.run_id, store, owner, journal_data)
+    journal = paused_journals.take(store, record.run_id, record.version)
+    if journal is None:
+        journal = RunJournal(record.run_id, store, owner, await store.load_journal(record.run_id))
+    journal.owner = owner
     ctx = RuntimeContext(record.run_id, model=record.model)
     # Spend never decreases: start from the most the store knows was spent.
     ctx.charge(
-        pico=max([record.cost_pico, *(e.cost_pico for e in journal_data.entries)]),
-        tokens=max([record.tokens, *(e.tokens for e in journal_data.entries)]),
+        pico=max([record.cost_pico, *(e.cost_pico for e in journal.entries.values())]),
+        tokens=max([record.tokens, *(e.tokens for e in journal.entries.values())]),
     )
     ctx.journal = journal
     status: RunStatus = "failed"
@@ -280,6 +282,8 @@ async def _execute(
     )
     with anyio.CancelScope(shield=True):
         stored = await store.finish_run(outcome_record, owner=owner)
+    if stored and status == "paused":
+        paused_journals.keep(store, record.run_id, record.version + 1, journal)
     if not stored:
         logger.warning(
             "run %r finished with status %r, but it was cancelled or another process holds "

@@ -165,7 +165,7 @@ class Store(Protocol):
         """Store answers for pending interrupts, all or none.
 
         Returns the ids that could not be answered (unknown, or answered already); when the
-        list is not empty nothing was written.
+        list is not empty nothing was written. Answering bumps the run's ``version``.
         """
         ...
 

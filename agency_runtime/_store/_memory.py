@@ -167,6 +167,9 @@ class MemoryStore:
                 table[key] = table[key].model_copy(
                     update={"response": response, "answered_at": now}
                 )
+            stored = self._runs.get(run_id)
+            if stored is not None:
+                stored.version += 1
             return []
 
     async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:

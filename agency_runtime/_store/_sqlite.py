@@ -457,6 +457,10 @@ class SqliteStore:
                 ]
                 if refused:
                     raise _Refused(refused)  # rolls the whole transaction back
+                conn.execute(
+                    "UPDATE runs SET version = version + 1, updated_at = ? WHERE run_id = ?",
+                    (now, run_id),
+                )
         except _Refused as refusal:
             return refusal.keys
         return []

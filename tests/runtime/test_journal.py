@@ -1,0 +1,110 @@
+"""The run journal: what one step commits, the paused-run cache, and store-level rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agency_runtime import JournalEntry, MemoryStore, SqliteStore, Store, agency, approve
+
+pytestmark = pytest.mark.anyio
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts journal loads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+
+    async def load_journal(self, run_id: str):  # type: ignore[no-untyped-def]
+        self.loads += 1
+        return await super().load_journal(run_id)
+
+
+async def approval_flow() -> str:
+    async def body(s):  # type: ignore[no-untyped-def]
+        for i in range(5):
+            await s.step(lambda i=i: i, name=f"work-{i}")
+        answer = await agency.interrupt("approve", "ship it?")
+        return await s.step(lambda: f"shipped={answer.approved}", name="ship")
+
+    return await agency.with_resumable_scope("flow", body)
+
+
+async def test_answering_in_the_same_process_reuses_the_paused_journal() -> None:
+    store = CountingStore()
+    paused = await agency.run(approval_flow, run_id="p", store=store)
+    assert paused.status == "paused"
+    assert store.loads == 1
+    done = await agency.respond_to_interrupts(paused, [approve()], store=store)
+    assert done.value == "shipped=True"
+    assert store.loads == 1  # answered from the cached journal
+
+
+async def test_a_change_by_someone_else_invalidates_the_cached_journal() -> None:
+    store = CountingStore()
+    paused = await agency.run(approval_flow, run_id="p", store=store)
+    # Another process answers: the store's version moves without this process knowing.
+    key = paused.interrupts[0].interrupt_id
+    assert await store.answer_interrupts("p", {key: approve("elsewhere")}) == []
+    done = await agency.resume("p", store=store)
+    assert done.value == "shipped=True"
+    assert store.loads == 2  # re-read, so the answer given elsewhere was seen
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if request.param == "memory":
+        return MemoryStore()
+    return SqliteStore(tmp_path / "j.db")
+
+
+async def test_a_step_commits_its_result_locals_thread_deltas_and_spend(store: Store) -> None:
+    async def entry() -> None:
+        async def body(s):  # type: ignore[no-untyped-def]
+            s.set_local("seen", 1)
+
+            def work() -> dict[str, int]:
+                agency.thread.user("hello from the step")
+                agency.add_cost(0.25)
+                agency.add_tokens(3)
+                return {"n": 1}
+
+            await s.step(work)
+
+        await agency.with_resumable_scope("j", body)
+
+    result = await agency.run(entry, run_id="commit", store=store)
+    assert result.status == "completed"
+    [step] = await agency.runs.journal("commit", store=store)
+    assert isinstance(step, JournalEntry)
+    assert step.path == "j/0"
+    assert step.name.endswith("work")
+    assert json.loads(step.result) == {"n": 1}
+    assert json.loads(step.locals or "null") == {"seen": 1}
+    assert json.loads(step.deltas or "[]") == [
+        ["push", "0", {"role": "user", "content": "hello from the step"}]
+    ]
+    assert step.cost_pico == 250_000_000_000
+    assert step.tokens == 3
+    where, line = step.callsite.rsplit(":", 1)
+    assert where == __file__
+    assert int(line) > 0
+
+
+async def test_a_step_of_a_run_that_lost_its_lease_is_not_committed(store: Store) -> None:
+    async def entry() -> None:
+        async def body(s):  # type: ignore[no-untyped-def]
+            await s.step(lambda: 1, name="before")
+            await agency.runs.cancel("lost", store=store)
+            await s.step(lambda: 2, name="after")
+
+        await agency.with_resumable_scope("l", body)
+
+    result = await agency.run(entry, run_id="lost", store=store)
+    assert result.status == "cancelled"
+    assert [e.name for e in await agency.runs.journal("lost", store=store)] == ["before"]
+    assert (await agency.runs.get("lost", store=store)).status == "cancelled"
