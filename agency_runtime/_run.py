@@ -48,7 +48,7 @@ from ._journal import RunJournal, paused_journals
 from ._money import pico_to_usd
 from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._store import RunRecord, Store, resolve_store
-from ._threads import ThreadStore
+from ._threads import CHANGES, ThreadStore
 
 __all__ = ["drive", "run", "run_sync"]
 
@@ -321,6 +321,9 @@ async def _call_entry(
     frame: Frame, entry: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> _Outcome:
     """Run the entry once; sort how it ended (a value, a pause, a restore, …)."""
+    # A run started inside another run's step is its own run: its thread changes belong to
+    # its own journal, not to the enclosing step's.
+    changes_token = CHANGES.set(None)
     try:
         with anyio.CancelScope() as scope:
             unsubscribe = frame.ctx.abort_signal.add_callback(lambda _reason: scope.cancel())
@@ -332,8 +335,10 @@ async def _call_entry(
             reason = frame.ctx.abort_signal.reason
             return reason if isinstance(reason, AgencyCancelledError) else AgencyCancelledError()
         return _Completed(value)
-    except BaseException as exc:
+    except BaseException as exc:  # sorted below; foreign signals are raised again
         return _sort(exc)
+    finally:
+        CHANGES.reset(changes_token)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

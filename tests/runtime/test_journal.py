@@ -108,3 +108,29 @@ async def test_a_step_of_a_run_that_lost_its_lease_is_not_committed(store: Store
     assert result.status == "cancelled"
     assert [e.name for e in await agency.runs.journal("lost", store=store)] == ["before"]
     assert (await agency.runs.get("lost", store=store)).status == "cancelled"
+
+
+async def test_a_run_started_inside_a_step_keeps_its_thread_changes_to_itself() -> None:
+    store = MemoryStore()
+
+    def child() -> int:
+        agency.thread.user("child message")
+        return len(agency.thread.current().get_messages())
+
+    async def parent() -> int:
+        async def body(s):  # type: ignore[no-untyped-def]
+            async def work() -> int:
+                agency.thread.user("parent message")
+                inner = await agency.run(child, run_id="child", store=store)
+                return int(inner.value)
+
+            return await s.step(work, name="work")
+
+        return await agency.with_resumable_scope("p", body)
+
+    result = await agency.run(parent, run_id="parent", store=store)
+    assert result.value == 1  # the child saw only its own thread
+    [step] = await agency.runs.journal("parent", store=store)
+    assert json.loads(step.deltas or "[]") == [
+        ["push", "0", {"role": "user", "content": "parent message"}]
+    ]
