@@ -242,8 +242,7 @@ async def _execute(
                 args, kwargs = decode_arguments(entry, record.overrides)
             while True:
                 journal.begin_execution()
-                frame = Frame(ctx, BranchState.for_context(ctx), ThreadStore.with_default_active())
-                outcome = await _call_entry(frame, entry, args, kwargs)
+                outcome = await _call_entry(ctx, entry, args, kwargs)
                 if isinstance(outcome, RestoreSignal):
                     args, kwargs = await _rewind(journal, ctx, entry, args, kwargs, outcome)
                     continue
@@ -318,12 +317,13 @@ _Outcome = _Completed | RunPaused | RestoreSignal | AgencyCancelledError | Excep
 
 
 async def _call_entry(
-    frame: Frame, entry: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ctx: RuntimeContext, entry: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> _Outcome:
-    """Run the entry once; sort how it ended (a value, a pause, a restore, …)."""
+    """Run the entry once in a fresh frame; sort how it ended (a value, a pause, …)."""
     # A run started inside another run's step is its own run: its thread changes belong to
     # its own journal, not to the enclosing step's.
     changes_token = CHANGES.set(None)
+    frame = Frame(ctx, BranchState.for_context(ctx), ThreadStore.with_default_active())
     try:
         with anyio.CancelScope() as scope:
             unsubscribe = frame.ctx.abort_signal.add_callback(lambda _reason: scope.cancel())
