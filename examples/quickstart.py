@@ -6,6 +6,8 @@ Run it with ``python3 examples/quickstart.py``. It shows:
   to its message thread and bills its (simulated) spend;
 * run ids as idempotency keys: the same ticket run twice executes once;
 * a failure kept in the store, then retried under the same run id until it completes;
+* a workflow of journaled steps that pauses for a human's approval and then completes
+  without running its completed steps again;
 * the store's admin view of what happened.
 
 The store is ``AGENCY_STORE`` when set, else ``sqlite:///./.agency/agency.db``. LLM calls
@@ -22,7 +24,7 @@ import uuid
 import anyio
 from pydantic import BaseModel
 
-from agency_runtime import RunResult, agency
+from agency_runtime import ResumableScope, RunResult, agency, approve
 
 FLAKY_ATTEMPTS: dict[str, int] = {}
 
@@ -69,6 +71,43 @@ def support_agent(ticket: Ticket, flaky: bool = False) -> Answer:
     return Answer(category=category, reply=reply, messages_in_thread=messages)
 
 
+STEP_RUNS: dict[str, int] = {}
+
+
+def _count(step: str) -> None:
+    STEP_RUNS[step] = STEP_RUNS.get(step, 0) + 1
+
+
+async def refund_workflow(customer: str, amount: float) -> Answer:
+    """Check, ask a human, then pay: each step runs once, even across the pause."""
+
+    async def body(s: ResumableScope) -> Answer:
+        def check() -> dict[str, object]:
+            _count("check")
+            agency.thread.user(f"{customer} asks for a refund of ${amount:.2f}")
+            return {"eligible": amount <= 100, "order": 42}
+
+        verdict = await s.step(check, name="check")
+        answer = await agency.interrupt(
+            "approve_refund", f"Refund ${amount:.2f} to {customer}?", data=verdict
+        )
+        if not answer.approved:
+            s.halt(Answer(category="refund", reply="Refund declined.", messages_in_thread=1))
+            return Answer(category="refund", reply="", messages_in_thread=0)
+
+        def pay() -> Answer:
+            _count("pay")
+            agency.add_cost(0.0008)
+            reply = f"Refunded ${amount:.2f} ({answer.value})."
+            agency.thread.assistant(reply)
+            messages = len(agency.thread.current().get_messages())
+            return Answer(category="refund", reply=reply, messages_in_thread=messages)
+
+        return await s.step(pay, name="pay")
+
+    return await agency.with_resumable_scope("refund", body)
+
+
 def show(label: str, result: RunResult) -> None:
     """Print one run's outcome on a line or two."""
     origin = "from the store" if result.replayed else "executed"
@@ -105,7 +144,17 @@ async def main() -> int:
         )
         show(flaky_id, result)
 
-    print("\n4. What the store holds for this session:")
+    print("\n4. A refund workflow: durable steps, paused for a human's approval:")
+    refund_id = f"refund-{session}"
+    paused = await agency.run(refund_workflow, "ada", 42.0, run_id=refund_id, store=store)
+    print(f"  {refund_id:<26} {paused.status:<9} asks: {paused.interrupts[0].message}")
+    print("  (a human approves)")
+    result = await agency.respond_to_interrupts(paused, [approve("ok by Sam")], store=store)
+    show(refund_id, result)
+    steps = [entry.name for entry in await agency.runs.journal(refund_id, store=store)]
+    print(f"      journal: {' → '.join(steps)}  (each step ran once: {STEP_RUNS})")
+
+    print("\n5. What the store holds for this session:")
     records = [r for r in await agency.runs.list(store=store) if session in r.run_id]
     for record in sorted(records, key=lambda r: r.run_id):
         print(f"  {record.run_id:<26} {record.status:<9} attempts={record.attempts}")

@@ -24,5 +24,7 @@ def test_quickstart_runs_on_a_fresh_sqlite_store(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{attempt}: {done.stderr}"
         assert "from the store" in done.stdout
         assert "ConnectionError: the ticket system timed out (simulated)" in done.stdout
+        assert "asks: Refund $42.00 to ada?" in done.stdout
+        assert "each step ran once: {'check': 1, 'pay': 1}" in done.stdout
         assert done.stdout.rstrip().endswith("Done.")
     assert (tmp_path / "quick.db").exists()
