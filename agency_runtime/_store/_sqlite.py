@@ -7,6 +7,7 @@ file; ``busy_timeout`` makes a writer wait for another instead of failing.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -23,6 +24,9 @@ from .._results import ErrorInfo, Interrupt, RunStatus
 from ._base import Claim, RunRecord, claim_decision
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
+
+WAL_TRIM_BYTES = 64 * 1024 * 1024
+"""When a run ends and the WAL file is larger than this, it is checkpointed and truncated."""
 
 SCHEMA_VERSION = 1
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
@@ -344,7 +348,21 @@ class SqliteStore:
                     owner,
                 ),
             )
-            return cursor.rowcount == 1
+            finished = cursor.rowcount == 1
+        self._trim_wal()
+        return finished
+
+    def _trim_wal(self) -> None:
+        """Fold a large WAL back into the database at a run's end, so the file stays small."""
+        if self._path == ":memory:":
+            return
+        try:
+            size = os.path.getsize(self._path + "-wal")
+        except OSError:
+            return
+        if size > WAL_TRIM_BYTES:
+            with self._db("checkpoint the WAL") as conn:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         with self._db(f"read run {run_id!r}") as conn:

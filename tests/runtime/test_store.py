@@ -27,7 +27,8 @@ pytestmark = pytest.mark.anyio
 
 
 def record(run_id: str = "r1", **changes: object) -> RunRecord:
-    return RunRecord(run_id=run_id, status="running", entry="m:f", arguments="{}", **changes)
+    fields: dict[str, object] = {"status": "running", "entry": "m:f", "arguments": "{}"}
+    return RunRecord(run_id=run_id, **{**fields, **changes})  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -295,3 +296,22 @@ async def test_errors_and_interrupts_round_trip(store: Store) -> None:
     assert stored is not None
     assert stored.interrupts == paused.interrupts
     assert stored.error == paused.error
+
+
+async def test_a_large_wal_is_truncated_when_a_run_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agency_runtime._store import _sqlite
+
+    monkeypatch.setattr(_sqlite, "WAL_TRIM_BYTES", 1024)
+    store = SqliteStore(tmp_path / "w.db")
+    try:
+        claim = await store.claim_run(
+            record("big", arguments='"' + "x" * 20000 + '"'), owner="o", lease_seconds=30
+        )
+        wal = tmp_path / "w.db-wal"
+        assert wal.stat().st_size > 1024
+        await store.finish_run(claim.record.model_copy(update={"status": "completed"}), owner="o")
+        assert wal.stat().st_size == 0
+    finally:
+        store.close()
