@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 
 import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._errors import AgencyError, HandlerRecursionError, InvalidArgumentError, RunPaused
 from ._frame import Frame, call_in_frame, current_frame, use_frame
@@ -174,7 +174,7 @@ async def interrupt(
             f"an interrupt's effect must be a non-empty string, got {effect!r}"
         )
     try:
-        to_json(data)
+        data = from_json(to_json(data))  # what is stored is what everyone sees
     except (PydanticSerializationError, TypeError, ValueError) as exc:
         raise InvalidArgumentError(
             f"interrupt data must be JSON data or pydantic models, since it is stored ({exc})"

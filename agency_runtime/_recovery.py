@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError, to_json
 
 from ._entry import decode_arguments, find_entry
 from ._errors import (
@@ -68,6 +69,18 @@ async def resume(run_id: str, *, store: str | Store | None = None) -> RunResult:
 
 
 def _as_response(value: object, key: str) -> InterruptResponse:
+    response = _parse_response(value, key)
+    try:
+        to_json(response.value)
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise InterruptAnswerError(
+            f"respond_to_interrupts: the value of the answer for {key} is a "
+            f"{type(response.value).__name__}, which cannot be stored as JSON ({exc})"
+        ) from exc
+    return response
+
+
+def _parse_response(value: object, key: str) -> InterruptResponse:
     if isinstance(value, InterruptResponse):
         return value
     if isinstance(value, HandlerDecision) and value.type in ("approve", "reject"):
