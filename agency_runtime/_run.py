@@ -42,6 +42,7 @@ from ._errors import (
     ResultSerializationError,
     RunConflictError,
     RunPaused,
+    StoreError,
 )
 from ._frame import Frame, call_in_frame
 from ._journal import RunJournal, paused_journals
@@ -218,17 +219,9 @@ async def _execute(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> RunResult:
-    journal = paused_journals.take(store, record.run_id, record.version)
-    if journal is None:
-        journal = RunJournal(record.run_id, store, owner, await store.load_journal(record.run_id))
-    journal.owner = owner
     ctx = RuntimeContext(record.run_id, model=record.model)
-    # Spend never decreases: start from the most the store knows was spent.
-    ctx.charge(
-        pico=max([record.cost_pico, *(e.cost_pico for e in journal.entries.values())]),
-        tokens=max([record.tokens, *(e.tokens for e in journal.entries.values())]),
-    )
-    ctx.journal = journal
+    ctx.charge(pico=record.cost_pico, tokens=record.tokens)
+    journal: RunJournal | None = None
     status: RunStatus = "failed"
     value: Any = None
     value_json: str | None = None
@@ -238,6 +231,7 @@ async def _execute(
     async with anyio.create_task_group() as renewals:
         renewals.start_soon(_renew_lease, store, record.run_id, owner)
         try:
+            journal = await _open_journal(store, record, owner, ctx)
             if record.overrides is not None:
                 args, kwargs = decode_arguments(entry, record.overrides)
             while True:
@@ -260,7 +254,12 @@ async def _execute(
             else:
                 status, error = "failed", outcome
                 logger.debug("run %r failed", record.run_id, exc_info=outcome)
-        except (ResultSerializationError, EntryImportError, AgencyCancelledError) as exc:
+        except (
+            ResultSerializationError,
+            EntryImportError,
+            AgencyCancelledError,
+            StoreError,
+        ) as exc:
             status, error = (
                 ("cancelled" if isinstance(exc, AgencyCancelledError) else "failed"),
                 exc,
@@ -281,7 +280,7 @@ async def _execute(
     )
     with anyio.CancelScope(shield=True):
         stored = await store.finish_run(outcome_record, owner=owner)
-    if stored and status == "paused":
+    if stored and status == "paused" and journal is not None:
         paused_journals.keep(store, record.run_id, record.version + 1, journal)
     if not stored:
         logger.warning(
@@ -304,6 +303,24 @@ async def _execute(
         duration=finished - started,
         exception=error,
     )
+
+
+async def _open_journal(
+    store: Store, record: RunRecord, owner: str, ctx: RuntimeContext
+) -> RunJournal:
+    """The run's journal (cached if this process paused it), hung on ``ctx``."""
+    journal = paused_journals.take(store, record.run_id, record.version)
+    if journal is None:
+        journal = RunJournal(record.run_id, store, owner, await store.load_journal(record.run_id))
+    journal.owner = owner
+    # Spend never decreases: start from the most the store knows was spent.
+    entries = journal.entries.values()
+    ctx.charge(
+        pico=max([0, *(e.cost_pico - ctx.cost_pico for e in entries)]),
+        tokens=max([0, *(e.tokens - ctx.tokens for e in entries)]),
+    )
+    ctx.journal = journal
+    return journal
 
 
 class _Completed:

@@ -18,7 +18,7 @@ import inspect
 import sys
 import time
 import typing
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
@@ -59,17 +59,9 @@ class Position(NamedTuple):
     address: str
 
 
-class _Ready:
-    """An awaitable that is already finished: the fast path of a replayed step."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self.value
-        yield  # pragma: no cover - makes this a generator
+async def _ready(value: Any) -> Any:
+    """An already-decided step result, as a coroutine (so create_task / start_soon take it)."""
+    return value
 
 
 _ADAPTERS: dict[object, TypeAdapter[Any] | None] = {}
@@ -182,7 +174,7 @@ class ResumableScope:
         index = self._next_id
         self._next_id += 1
         if self._halted:
-            return _Ready(None)
+            return _ready(None)
         if not callable(fn):
             raise InvalidArgumentError(
                 f"s.step() needs a callable taking no arguments, got {type(fn).__name__}; "
@@ -194,7 +186,7 @@ class ResumableScope:
         callsite = f"{caller.f_code.co_filename}:{caller.f_lineno}"
         entry = self._journal.entries.get(path)
         if entry is not None:
-            return _Ready(self._replay(entry, path, step_name, callsite, fn, returns))
+            return _ready(self._replay(entry, path, step_name, callsite, fn, returns))
         return self._execute(index, path, fn, step_name, callsite, returns)
 
     def _replay(
