@@ -158,6 +158,11 @@ def remember_entry(run_id: str, entry: Callable[..., Any]) -> None:
         _REMEMBERED.popitem(last=False)
 
 
+def remembered_entry(run_id: str) -> Callable[..., Any] | None:
+    """The entry this process ran ``run_id`` with, if it still remembers it."""
+    return _REMEMBERED.get(run_id)
+
+
 def find_entry(run_id: str, ref: str) -> Callable[..., Any]:
     """The entry of ``run_id``: the one this process remembers, else imported by ``ref``."""
     remembered = _REMEMBERED.get(run_id)

@@ -78,6 +78,7 @@ class RunJournal:
                 self.answers[key] = answer.response
         for checkpoint in journal.checkpoints:
             self.checkpoints[checkpoint.checkpoint_id] = checkpoint
+            self.restores[checkpoint.checkpoint_id] = checkpoint.restores
         self.seq = journal.last_seq
 
     def _index(self, entry: JournalEntry) -> None:

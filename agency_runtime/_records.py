@@ -83,6 +83,7 @@ class Checkpoint(BaseModel):
     cost: float = 0.0
     tokens: int = 0
     pinned: bool = False
+    restores: int = Field(default=0, description="How many times the run was restored to it.")
     created_at: float = Field(default_factory=time.time)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
-from ._entry import decode_arguments, find_entry
+from ._entry import decode_arguments, find_entry, remember_entry, remembered_entry
 from ._errors import (
     EntryImportError,
     InterruptAnswerError,
@@ -225,4 +225,7 @@ class RunsNamespace:
         if await store_.get_run(new_id) is not None:
             raise InvalidArgumentError(f"a run {new_id!r} exists already; pick another new_run_id")
         await store_.fork_run(run_id, new_id, match.seq)
+        remembered = remembered_entry(run_id)
+        if remembered is not None:
+            remember_entry(new_id, remembered)  # a closure's fork resumes in this process too
         return new_id

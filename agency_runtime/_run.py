@@ -403,6 +403,10 @@ async def _rewind(
             args = tuple(signal.new_args)
         overrides = encode_arguments(args, kwargs)
     await journal.rewind(signal.checkpoint.seq, overrides=overrides)
+    # Remember the count with the checkpoint, so max_restores holds across a resume.
+    key = signal.checkpoint.checkpoint_id
+    kept = journal.checkpoints.get(key, signal.checkpoint)
+    await journal.save_checkpoint(kept.model_copy(update={"restores": journal.restores[key]}))
     restored = {module: dict(values) for module, values in signal.checkpoint.globals.items()}
     if signal.new_globals:
         restored.setdefault("", {}).update(signal.new_globals)
