@@ -70,16 +70,19 @@ class RunJournal:
     def _load(self, journal: Journal) -> None:
         for entry in journal.entries:
             self._index(entry)
-        for answer in journal.answers:
+        self._load_answers(journal.answers)
+        for checkpoint in journal.checkpoints:
+            self.checkpoints[checkpoint.checkpoint_id] = checkpoint
+            self.restores[checkpoint.checkpoint_id] = checkpoint.restores
+        self.seq = journal.last_seq
+
+    def _load_answers(self, answers: list[InterruptAnswer]) -> None:
+        for answer in answers:
             key = answer.interrupt.interrupt_id
             if answer.response is None:
                 self.pending[key] = answer.interrupt
             else:
                 self.answers[key] = answer.response
-        for checkpoint in journal.checkpoints:
-            self.checkpoints[checkpoint.checkpoint_id] = checkpoint
-            self.restores[checkpoint.checkpoint_id] = checkpoint.restores
-        self.seq = journal.last_seq
 
     def _index(self, entry: JournalEntry) -> None:
         self.entries[entry.path] = entry
@@ -176,14 +179,8 @@ class RunJournal:
         # Answers and pending interrupts carry no position in memory; reload keeps it exact.
         if self.store is not None:
             assert self.run_id is not None
-            fresh = await self.store.load_journal(self.run_id)
             self.answers, self.pending = {}, {}
-            for answer in fresh.answers:
-                key = answer.interrupt.interrupt_id
-                if answer.response is None:
-                    self.pending[key] = answer.interrupt
-                else:
-                    self.answers[key] = answer.response
+            self._load_answers((await self.store.load_journal(self.run_id)).answers)
         self.seq = max(self.seq, seq)
 
 

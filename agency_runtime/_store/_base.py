@@ -64,6 +64,28 @@ class RunRecord(BaseModel):
         """Whether the run can no longer change (completed or cancelled)."""
         return self.status in FINAL_STATUSES
 
+    def fork_as(self, new_run_id: str) -> RunRecord:
+        """A copy of this run under ``new_run_id``: paused, unclaimed, with no outcome yet."""
+        now = time.time()
+        return self.model_copy(
+            update={
+                "run_id": new_run_id,
+                "status": "paused",
+                "value": None,
+                "error": None,
+                "interrupts": [],
+                "attempts": 0,
+                "version": 1,
+                "lease_owner": None,
+                "lease_expires_at": None,
+                "created_at": now,
+                "started_at": None,
+                "finished_at": None,
+                "updated_at": now,
+            },
+            deep=True,
+        )
+
     def lease_alive(self, now: float) -> bool:
         """Whether a running run's holder still holds an unexpired lease."""
         return (

@@ -218,25 +218,7 @@ class MemoryStore:
             source = self._runs.get(run_id)
             if source is None:
                 raise RunNotFoundError(run_id, self.url)
-            now = time.time()
-            forked = source.model_copy(
-                update={
-                    "run_id": new_run_id,
-                    "status": "paused",
-                    "value": None,
-                    "error": None,
-                    "interrupts": [],
-                    "attempts": 0,
-                    "version": 1,
-                    "lease_owner": None,
-                    "lease_expires_at": None,
-                    "created_at": now,
-                    "started_at": None,
-                    "finished_at": None,
-                    "updated_at": now,
-                },
-                deep=True,
-            )
+            forked = source.fork_as(new_run_id)
             self._runs[new_run_id] = forked
             # Answers are not copied: interrupt ids derive from the run id, so the fork asks
             # its own questions again.

@@ -526,28 +526,11 @@ class SqliteStore:
             return self._fetch(conn, run_id)
 
     async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
-        now = time.time()
         with self._db(f"fork run {run_id!r}", write=True) as conn:
             source = self._fetch(conn, run_id)
             if source is None:
                 raise RunNotFoundError(run_id, self.url)
-            forked = source.model_copy(
-                update={
-                    "run_id": new_run_id,
-                    "status": "paused",
-                    "value": None,
-                    "error": None,
-                    "interrupts": [],
-                    "attempts": 0,
-                    "version": 1,
-                    "lease_owner": None,
-                    "lease_expires_at": None,
-                    "created_at": now,
-                    "started_at": None,
-                    "finished_at": None,
-                    "updated_at": now,
-                }
-            )
+            forked = source.fork_as(new_run_id)
             conn.execute(
                 f"INSERT INTO runs ({', '.join(_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(_COLUMNS))})",
