@@ -31,7 +31,7 @@ Callsite = tuple[str, str, str]
 class CallsiteLocation(BaseModel):
     """Where the current step lives: module, scope name and step path."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     module_id: str
     scope_name: str

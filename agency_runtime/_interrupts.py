@@ -51,7 +51,7 @@ MAX_HANDLER_DEPTH = 10
 class HandlerDecision(BaseModel):
     """What a handler decided: approve, reject, propagate (defer upward) or pass."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     type: Literal["approve", "reject", "propagate", "pass"]
     value: Any = None

@@ -30,6 +30,7 @@ class RunJournal:
 
     __slots__ = (
         "_counters",
+        "_last_scopes",
         "answers",
         "checkpoints",
         "entries",
@@ -64,6 +65,7 @@ class RunJournal:
         self.seq = 0
         self.paused: list[Interrupt] = []
         self._counters: dict[tuple[str, str], int] = defaultdict(int)
+        self._last_scopes: str | None = None
         if journal is not None:
             self._load(journal)
 
@@ -89,7 +91,9 @@ class RunJournal:
         scope_path = entry.path.rpartition("/")[0]
         if entry.locals is not None:
             self.scope_locals[scope_path] = entry.locals
-        if entry.scopes:
+        if entry.scopes and entry.scopes != self._last_scopes:
+            # Consecutive steps of one scope share their chain: parse each chain once.
+            self._last_scopes = entry.scopes
             try:
                 chain = from_json(entry.scopes)
                 for parent, ordinal, name in chain:
@@ -173,6 +177,7 @@ class RunJournal:
                 raise self._lost()
         entries = [e for e in self.entries.values() if e.seq <= seq]
         self.entries, self.scope_locals, self.scope_names = {}, {}, {}
+        self._last_scopes = None
         for entry in sorted(entries, key=lambda e: e.seq):
             self._index(entry)
         self.checkpoints = {k: c for k, c in self.checkpoints.items() if c.seq <= seq}

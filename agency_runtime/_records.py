@@ -19,7 +19,7 @@ __all__ = ["Checkpoint", "InterruptAnswer", "InterruptResponse", "Journal", "Jou
 class InterruptResponse(BaseModel):
     """An answer to an interrupt: approve or reject, with an optional value."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     type: Literal["approve", "reject"]
     value: Any = None
@@ -33,7 +33,7 @@ class InterruptResponse(BaseModel):
 class JournalEntry(BaseModel):
     """One completed step, committed with everything it changed."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     run_id: str
     seq: int = Field(description="Position in the run's journal.")
@@ -52,11 +52,29 @@ class JournalEntry(BaseModel):
     tokens: int = Field(default=0, description="The run's total tokens when the step ended.")
     created_at: float = Field(default_factory=time.time)
 
+    @classmethod
+    def from_row(cls, values: dict[str, Any]) -> JournalEntry:
+        """Build an entry from trusted values (every field given), skipping validation.
+
+        Stores use it to load thousands of rows: it does what ``model_construct`` does for a
+        complete set of fields, an order of magnitude faster. Values that turn out to be
+        damaged are reported when the step is replayed.
+        """
+        entry = cls.__new__(cls)
+        object.__setattr__(entry, "__dict__", values)
+        object.__setattr__(entry, "__pydantic_fields_set__", set(_ENTRY_FIELDS))
+        object.__setattr__(entry, "__pydantic_extra__", None)
+        object.__setattr__(entry, "__pydantic_private__", None)
+        return entry
+
+
+_ENTRY_FIELDS: frozenset[str] = frozenset(JournalEntry.model_fields)
+
 
 class InterruptAnswer(BaseModel):
     """An interrupt a run paused on, and its answer once given."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     run_id: str
     seq: int
@@ -68,7 +86,7 @@ class InterruptAnswer(BaseModel):
 class Checkpoint(BaseModel):
     """A run's state at one point: journal position, threads, globals and spend."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     checkpoint_id: str
     run_id: str | None
@@ -90,7 +108,7 @@ class Checkpoint(BaseModel):
 class Journal(BaseModel):
     """Everything stored about a run's progress, as loaded to resume it."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     entries: list[JournalEntry] = Field(default_factory=list)
     answers: list[InterruptAnswer] = Field(default_factory=list)

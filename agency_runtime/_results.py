@@ -20,7 +20,7 @@ FINAL_STATUSES: frozenset[str] = frozenset({"completed", "cancelled"})
 class ErrorInfo(BaseModel):
     """The JSON form of an exception that ended a run."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     type: str
     message: str
@@ -40,7 +40,7 @@ class Interrupt(BaseModel):
     run matches each answer to the call that asked it.
     """
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     interrupt_id: str
     effect: str = "unknown"
@@ -59,7 +59,7 @@ class RunResult(BaseModel):
     is never stored (``error`` is its JSON form).
     """
 
-    model_config = ConfigDict(defer_build=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True)
 
     run_id: str
     status: RunStatus

@@ -45,7 +45,7 @@ DEFAULT_MODULE_ID = "<py-helper>"
 class ResumableScopeOpts(BaseModel):
     """Options of a resumable scope: its name, module id, and result-checkpoint pinning."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     name: str
     module_id: str = DEFAULT_MODULE_ID
@@ -260,19 +260,21 @@ class ResumableScope:
         journal = self._journal
         ctx = frame.ctx
         await journal.commit_step(
-            JournalEntry.model_construct(
-                run_id=journal.run_id or "",
-                seq=journal.next_seq(),
-                path=path,
-                name=step_name,
-                callsite=callsite,
-                result=result_json,
-                locals=to_json(self._locals).decode() if self._locals else None,
-                scopes=to_json(self._chain).decode(),
-                deltas=to_json(changes).decode() if changes else None,
-                cost_pico=ctx.cost_pico,
-                tokens=ctx.tokens,
-                created_at=time.time(),
+            JournalEntry.from_row(
+                {
+                    "run_id": journal.run_id or "",
+                    "seq": journal.next_seq(),
+                    "path": path,
+                    "name": step_name,
+                    "callsite": callsite,
+                    "result": result_json,
+                    "locals": to_json(self._locals).decode() if self._locals else None,
+                    "scopes": to_json(self._chain).decode(),
+                    "deltas": to_json(changes).decode() if changes else None,
+                    "cost_pico": ctx.cost_pico,
+                    "tokens": ctx.tokens,
+                    "created_at": time.time(),
+                }
             )
         )
         return value

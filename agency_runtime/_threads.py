@@ -53,7 +53,7 @@ def _report(change: ThreadChange) -> None:
 class Message(BaseModel):
     """One message of a thread. Immutable."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     role: Role
     content: MessageContent
@@ -67,7 +67,7 @@ class Message(BaseModel):
 class QueuedMessage(BaseModel):
     """A message waiting on its thread for the thread's next LLM request."""
 
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    model_config = ConfigDict(frozen=True)
 
     role: Literal["user", "assistant"] = "user"
     content: MessageContent
@@ -81,7 +81,7 @@ class MessageThread(BaseModel):
     messages (the journal, for one) has a single place to look.
     """
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     id: str
     messages: list[Message] = Field(default_factory=list)
@@ -174,7 +174,7 @@ def _check_content(content: object, what: str) -> None:
 class ThreadInfo(BaseModel):
     """A summary of one thread, as listed by ``agency.threads.list()``."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     id: str
     parent_id: str | None
@@ -189,7 +189,7 @@ class ThreadInfo(BaseModel):
 class ThreadStoreData(BaseModel):
     """The JSON form of a :class:`ThreadStore` (its registry and its active stack)."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     threads: dict[str, MessageThread] = Field(default_factory=dict)
     counter: int = 0

@@ -35,7 +35,7 @@ __all__ = [
 class RunRecord(BaseModel):
     """A run as stored: identity, inputs, state, outcome, spend and lease."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     run_id: str
     status: RunStatus
@@ -98,7 +98,7 @@ class RunRecord(BaseModel):
 class Claim(BaseModel):
     """The answer to :meth:`Store.claim_run`."""
 
-    model_config = ConfigDict(defer_build=True)
+    model_config = ConfigDict()
 
     acquired: bool = Field(description="True when the caller now holds the run's lease.")
     created: bool = Field(description="True when the run did not exist before this claim.")

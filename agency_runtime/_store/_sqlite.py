@@ -68,7 +68,7 @@ CREATE TABLE IF NOT EXISTS steps (
     tokens     INTEGER NOT NULL,
     created_at REAL NOT NULL,
     PRIMARY KEY (run_id, path)
-) STRICT, WITHOUT ROWID;
+) STRICT;
 CREATE TABLE IF NOT EXISTS interrupts (
     run_id       TEXT NOT NULL,
     interrupt_id TEXT NOT NULL,
@@ -397,9 +397,9 @@ class SqliteStore:
                 "SELECT body FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,)
             ).fetchall()
         try:
-            return Journal(
+            return Journal.model_construct(  # the rows are built (or validated) below
                 entries=[
-                    JournalEntry.model_construct(**dict(zip(_STEP_COLUMNS, row, strict=True)))
+                    JournalEntry.from_row(dict(zip(_STEP_COLUMNS, row, strict=True)))
                     for row in steps
                 ],
                 answers=[

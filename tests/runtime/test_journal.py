@@ -134,3 +134,16 @@ async def test_a_run_started_inside_a_step_keeps_its_thread_changes_to_itself() 
     assert json.loads(step.deltas or "[]") == [
         ["push", "0", {"role": "user", "content": "parent message"}]
     ]
+
+
+def test_entries_built_from_rows_equal_validated_entries() -> None:
+    values = {
+        "run_id": "r", "seq": 3, "path": "s/0", "name": "work", "callsite": "f.py:1",
+        "result": "1", "locals": None, "scopes": '[["",0,"s"]]', "deltas": None,
+        "cost_pico": 5, "tokens": 2, "created_at": 1.5,
+    }  # fmt: skip
+    fast = JournalEntry.from_row(dict(values))
+    assert fast == JournalEntry(**values)
+    assert fast.model_dump() == values
+    assert fast.model_fields_set == set(values)
+    assert JournalEntry.model_validate_json(fast.model_dump_json()) == fast

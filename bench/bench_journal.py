@@ -1,0 +1,336 @@
+"""Journal benchmarks, measured side by side in one run (ratios against goals).
+
+    python3 bench/bench_journal.py
+
+(a) journaled step overhead: ``agency.run`` of one scope of 2000 trivial steps on a
+    SqliteStore (WAL), time per step, over a raw sqlite3 WAL (synchronous=NORMAL)
+    INSERT-in-autocommit loop of as many rows of the same size and key shape (goal <= 3x);
+(b) answering an interrupt after 1000 completed steps: a run of 1000 steps then
+    ``agency.interrupt`` pauses; T is that original run's time. Answering it with
+    ``agency.respond_to_interrupts`` (which replays the 1000 steps and completes the run) is
+    timed in the same process (goal <= 10% of T) and in a fresh process that opens the same
+    store file (timed inside that process around the call only; goal <= 20% of T);
+(c) idempotent re-call of a completed run: microseconds per ``agency.run`` (goal <= 1 ms);
+(d) storage: 200 steps that each push a ~1 KB user message onto the thread; the database
+    file after ``PRAGMA wal_checkpoint(TRUNCATE)`` over the message text bytes (goal <= 3x).
+
+(a) and (b) are medians of five repetitions, (c) a mean over 2000 calls. The workflows live
+in a module written to the temporary directory, so the fresh process of (b) can import the
+run's entry. The diagnostic row under (b) is a second answer (to another paused run) in the
+same fresh process: the cold first answer minus it is the one-time cost of a new process.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agency_runtime import SqliteStore, agency, approve
+
+STEPS = 2000
+PAUSE_AFTER = 1000
+MESSAGES = 200
+MESSAGE_SIZE = 1024
+REPEAT = 5
+RECALLS = 2000
+
+FLOWS_MODULE = "bench_journal_flows"
+FLOWS = '''
+"""Workflows of bench/bench_journal.py (written here so a fresh process can import them)."""
+
+from agency_runtime import agency
+
+
+def trivial():
+    return 1
+
+
+async def many_steps(n):
+    async def body(s):
+        total = 0
+        for _ in range(n):
+            total += await s.step(trivial)
+        return total
+
+    return await agency.with_resumable_scope("steps", body)
+
+
+async def steps_then_interrupt(n):
+    async def body(s):
+        for _ in range(n):
+            await s.step(trivial)
+        answer = await agency.interrupt("continue", "go on?")
+        return answer.approved
+
+    return await agency.with_resumable_scope("steps", body)
+
+
+def message_text(i, size):
+    text = f"message {i:04d}: " + "the quick brown fox jumps over the lazy dog. " * (size // 40 + 1)
+    return text[:size]
+
+
+async def messages(n, size):
+    def push(i):
+        agency.thread.user(message_text(i, size))
+
+    async def body(s):
+        for i in range(n):
+            await s.step(lambda i=i: push(i), name="push")
+        return n
+
+    return await agency.with_resumable_scope("messages", body)
+'''
+
+FRESH_PROCESS = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import anyio
+from agency_runtime import agency, approve
+
+async def main():
+    reports = []
+    for interrupts in json.loads(sys.argv[3]):  # the first answer is the measure
+        started = time.perf_counter()
+        result = await agency.respond_to_interrupts(interrupts, [approve()], store=sys.argv[2])
+        seconds = time.perf_counter() - started
+        reports.append({"seconds": seconds, "status": result.status, "value": result.value})
+    print(json.dumps(reports))
+
+anyio.run(main)
+"""
+
+
+def expect(ok: bool, what: object) -> None:
+    """Stop the benchmark when a measured run did not do what it should (asserts may be off)."""
+    if not ok:
+        raise RuntimeError(f"unexpected outcome: {what!r}")
+
+
+def url(path: Path) -> str:
+    return f"sqlite:///{path}"  # an absolute path gives the four-slash form
+
+
+# -- (a) journaled step overhead -----------------------------------------------------------
+
+
+def step_row_bytes(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        (size,) = conn.execute(
+            "SELECT avg(length(run_id) + length(path) + length(name) + length(callsite) "
+            "+ length(result) + ifnull(length(locals), 0) + ifnull(length(scopes), 0) "
+            "+ ifnull(length(deltas), 0)) FROM steps"
+        ).fetchone()
+    finally:
+        conn.close()
+    return round(size)
+
+
+def raw_inserts(db: Path, n: int, row_bytes: int) -> float:
+    """Seconds per INSERT (autocommit) of a row shaped like a journaled step."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute(
+        "CREATE TABLE steps (run_id TEXT NOT NULL, path TEXT NOT NULL, seq INTEGER NOT NULL, "
+        "body TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (run_id, path)) "
+        "STRICT, WITHOUT ROWID"
+    )
+    run_id = "raw-run"
+    started = time.perf_counter()
+    for i in range(n):
+        path = f"steps/{i}"
+        body = "x" * max(1, row_bytes - len(run_id) - len(path))
+        conn.execute(
+            "INSERT INTO steps VALUES (?, ?, ?, ?, ?)", (run_id, path, i, body, time.time())
+        )
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return elapsed / n
+
+
+async def journaled_steps(store: SqliteStore, flows: Any, run_id: str) -> float:
+    started = time.perf_counter()
+    result = await agency.run(flows.many_steps, STEPS, run_id=run_id, store=store)
+    elapsed = time.perf_counter() - started
+    expect(result.status == "completed" and result.value == STEPS, result)
+    return elapsed / STEPS
+
+
+# -- (b) answering an interrupt --------------------------------------------------------------
+
+
+async def paused_run(store: SqliteStore, flows: Any, run_id: str) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = await agency.run(flows.steps_then_interrupt, PAUSE_AFTER, run_id=run_id, store=store)
+    elapsed = time.perf_counter() - started
+    expect(result.status == "paused" and len(result.interrupts) == 1, result)
+    return elapsed, result
+
+
+async def answer_here(store: SqliteStore, paused: Any) -> float:
+    started = time.perf_counter()
+    result = await agency.respond_to_interrupts(paused, [approve()], store=store)
+    elapsed = time.perf_counter() - started
+    expect(result.status == "completed" and result.value is True, result)
+    return elapsed
+
+
+def answer_in_fresh_process(tmp: Path, db: Path, *paused: Any) -> list[float]:
+    """Seconds per answer, in order, all in one new process (the first one is cold)."""
+    interrupts = json.dumps([[i.model_dump(mode="json") for i in p.interrupts] for p in paused])
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(tmp), url(db), interrupts],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the fresh process failed:\n{done.stderr}")
+    reports = json.loads(done.stdout.strip().splitlines()[-1])
+    for report in reports:
+        expect(report["status"] == "completed" and report["value"] is True, report)
+    return [float(report["seconds"]) for report in reports]
+
+
+# -- (d) storage ---------------------------------------------------------------------------
+
+
+async def storage_ratio(tmp: Path, flows: Any) -> tuple[int, int]:
+    db = tmp / "messages.db"
+    store = SqliteStore(db)
+    result = await agency.run(flows.messages, MESSAGES, MESSAGE_SIZE, run_id="m", store=store)
+    expect(result.status == "completed", result)
+    store.close()
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    text = sum(len(flows.message_text(i, MESSAGE_SIZE).encode()) for i in range(MESSAGES))
+    size = db.stat().st_size + sum(
+        p.stat().st_size for p in (db.with_name(db.name + "-wal"),) if p.exists()
+    )
+    return size, text
+
+
+# -- the table -------------------------------------------------------------------------------
+
+
+def row(measure: str, value: str, goal: str, ok: bool) -> tuple[str, str, str, str]:
+    return measure, value, goal, "pass" if ok else "FAIL"
+
+
+async def main() -> None:
+    begun = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / f"{FLOWS_MODULE}.py").write_text(textwrap.dedent(FLOWS))
+        sys.path.insert(0, str(tmp))
+        flows = __import__(FLOWS_MODULE)
+
+        # (a) a warm-up run, then alternate raw and journaled so drift hits both alike
+        db = tmp / "journal.db"
+        store = SqliteStore(db)
+        await journaled_steps(store, flows, "warm-up")
+        row_bytes = step_row_bytes(db)
+        raw, ours = [], []
+        for k in range(REPEAT):
+            raw.append(raw_inserts(tmp / f"raw{k}.db", STEPS, row_bytes))
+            ours.append(await journaled_steps(store, flows, f"steps-{k}"))
+        raw_s, ours_s = statistics.median(raw), statistics.median(ours)
+
+        # (c) idempotent re-call of a completed 2000-step run
+        started = time.perf_counter()
+        for _ in range(RECALLS):
+            again = await agency.run(flows.many_steps, STEPS, run_id="steps-0", store=store)
+        recall_s = (time.perf_counter() - started) / RECALLS
+        expect(again.status == "completed" and again.value == STEPS, again)
+        store.close()
+
+        # (b) pause after 1000 steps; answer in this process and in a fresh one
+        db_b = tmp / "interrupts.db"
+        store_b = SqliteStore(db_b)
+        await paused_run(store_b, flows, "warm-up")  # build lazy schemas before timing
+        originals, here, fresh, warm = [], [], [], []
+        for k in range(REPEAT):
+            t_here, paused_here = await paused_run(store_b, flows, f"here-{k}")
+            here.append(await answer_here(store_b, paused_here) / t_here)
+            originals.append(t_here)
+            t_fresh, paused_fresh = await paused_run(store_b, flows, f"fresh-{k}")
+            t_warm, paused_warm = await paused_run(store_b, flows, f"fresh-warm-{k}")
+            originals += [t_fresh, t_warm]
+            cold_s, warm_s = answer_in_fresh_process(tmp, db_b, paused_fresh, paused_warm)
+            fresh.append(cold_s / t_fresh)
+            warm.append(warm_s / t_warm)
+        store_b.close()
+        t_original = statistics.median(originals)
+        here_ratio, fresh_ratio = statistics.median(here), statistics.median(fresh)
+        warm_ratio = statistics.median(warm)
+
+        # (d)
+        size, text = await storage_ratio(tmp, flows)
+        sys.path.remove(str(tmp))
+
+    step_ratio = ours_s / raw_s
+    rows = [
+        row(
+            f"(a) journaled step / raw WAL insert ({STEPS} steps, ~{row_bytes} B rows)",
+            f"{step_ratio:.2f}x ({ours_s * 1e6:.1f} µs vs {raw_s * 1e6:.1f} µs)",
+            "<= 3x",
+            step_ratio <= 3,
+        ),
+        row(
+            f"(b) answer interrupt after {PAUSE_AFTER} steps, same process / T",
+            f"{here_ratio:.1%} (T = {t_original * 1e3:.1f} ms)",
+            "<= 10%",
+            here_ratio <= 0.10,
+        ),
+        row(
+            f"(b) answer interrupt after {PAUSE_AFTER} steps, fresh process / T",
+            f"{fresh_ratio:.1%} (T = {t_original * 1e3:.1f} ms)",
+            "<= 20%",
+            fresh_ratio <= 0.20,
+        ),
+        (
+            "    (diagnostic) a 2nd answer in that process, another run / T",
+            f"{warm_ratio:.1%}",
+            "-",
+            "-",
+        ),
+        row(
+            "(c) idempotent re-call of a completed run",
+            f"{recall_s * 1e6:.1f} µs",
+            "<= 1000 µs",
+            recall_s <= 1e-3,
+        ),
+        row(
+            f"(d) store size / message text ({MESSAGES} x {MESSAGE_SIZE} B messages)",
+            f"{size / text:.2f}x ({size / 1024:.0f} KiB for {text / 1024:.0f} KiB)",
+            "<= 3x",
+            size / text <= 3,
+        ),
+    ]
+    header = ("measure", "value", "goal", "result")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print(f"\n(total {time.perf_counter() - begun:.1f} s)")
+
+
+if __name__ == "__main__":
+    anyio.run(main)
