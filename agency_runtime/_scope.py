@@ -19,6 +19,7 @@ import sys
 import time
 import typing
 from collections.abc import Awaitable, Callable
+from types import FrameType
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
@@ -102,6 +103,10 @@ def _build_adapter(fn: Callable[..., Any], returns: Any) -> TypeAdapter[Any] | N
         return None
 
 
+def _where(frame: FrameType) -> str:
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
 def _name_of(fn: Callable[..., Any]) -> str:
     name = getattr(fn, "__qualname__", None)
     if isinstance(name, str):
@@ -183,29 +188,31 @@ class ResumableScope:
         path = f"{self.address}/{index}"
         step_name = name if name is not None else _name_of(fn)
         caller = sys._getframe(1)
-        callsite = f"{caller.f_code.co_filename}:{caller.f_lineno}"
         entry = self._journal.entries.get(path)
         if entry is not None:
-            return _ready(self._replay(entry, path, step_name, callsite, fn, returns))
-        return self._execute(index, path, fn, step_name, callsite, returns)
+            if entry.name != step_name:
+                raise self._desync(entry, path, step_name, _where(caller))
+            return _ready(self._replay(entry, path, step_name, fn, returns))
+        return self._execute(index, path, fn, step_name, _where(caller), returns)
+
+    def _desync(
+        self, entry: JournalEntry, path: str, step_name: str, callsite: str
+    ) -> NondeterminismError:
+        return NondeterminismError(
+            f"run {self._journal.run_id!r} replayed step {path!r} as {step_name!r} (called "
+            f"at {callsite}), but the journal recorded {entry.name!r} (called at "
+            f"{entry.callsite or 'an unknown place'}). The code changed under an "
+            "in-flight run: restore the old code to finish it, or start a new run."
+        )
 
     def _replay(
         self,
         entry: JournalEntry,
         path: str,
         step_name: str,
-        callsite: str,
         fn: Callable[..., Any],
         returns: Any,
     ) -> Any:
-        run_id = self._journal.run_id
-        if entry.name != step_name:
-            raise NondeterminismError(
-                f"run {run_id!r} replayed step {path!r} as {step_name!r} (called at "
-                f"{callsite}), but the journal recorded {entry.name!r} (called at "
-                f"{entry.callsite or 'an unknown place'}). The code changed under an "
-                "in-flight run: restore the old code to finish it, or start a new run."
-            )
         try:
             if entry.deltas:
                 changes: list[ThreadChange] = from_json(entry.deltas)
@@ -216,7 +223,8 @@ class ResumableScope:
             return from_json(entry.result)
         except (ValueError, TypeError, KeyError, IndexError) as exc:
             raise JournalCorruptError(
-                f"the journal of run {run_id!r} is damaged at step {path!r} ({step_name}): "
+                f"the journal of run {self._journal.run_id!r} is damaged at step {path!r} "
+                f"({step_name}): "
                 f"{exc}. Fork the run before this step with agency.runs.fork(...) or start "
                 "a new run."
             ) from exc
