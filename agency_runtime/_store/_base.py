@@ -105,14 +105,17 @@ class Claim(BaseModel):
     record: RunRecord = Field(description="The run as it is after the claim.")
 
 
-def claim_decision(existing: RunRecord | None, now: float) -> str:
+def claim_decision(existing: RunRecord | None, now: float, steal_from: str | None = None) -> str:
     """What a claim does to ``existing``: ``"insert"``, ``"take"`` or ``"refuse"``.
 
-    Shared by every store so their claim semantics cannot drift apart.
+    ``steal_from`` names a lease owner known to be dead: its lease is taken even before it
+    expires. Shared by every store so their claim semantics cannot drift apart.
     """
     if existing is None:
         return "insert"
-    if existing.is_final or existing.lease_alive(now):
+    if existing.is_final:
+        return "refuse"
+    if existing.lease_alive(now) and (steal_from is None or existing.lease_owner != steal_from):
         return "refuse"
     return "take"
 
@@ -131,14 +134,22 @@ class Store(Protocol):
         """The URL this store was opened from (``memory://``, ``sqlite:///…``)."""
         ...
 
-    async def claim_run(self, record: RunRecord, *, owner: str, lease_seconds: float) -> Claim:
+    async def claim_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        lease_seconds: float,
+        steal_from: str | None = None,
+    ) -> Claim:
         """Atomically claim ``record.run_id`` for ``owner``.
 
         * no such run: insert ``record`` as ``running`` with the lease → acquired, created;
         * the run is final, or running under an unexpired lease: nothing changes → not
           acquired (the stored record is returned);
-        * otherwise (paused, failed, or a holder whose lease expired): take it over as
-          ``running`` with ``attempts + 1`` → acquired.
+        * otherwise (paused, failed, a holder whose lease expired, or the holder named by
+          ``steal_from``, known to be dead): take it over as ``running`` with
+          ``attempts + 1`` → acquired.
         """
         ...
 

@@ -48,12 +48,19 @@ class MemoryStore:
             return f"memory://<anonymous {id(self):#x}>"
         return f"memory://{self._name}"
 
-    async def claim_run(self, record: RunRecord, *, owner: str, lease_seconds: float) -> Claim:
+    async def claim_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        lease_seconds: float,
+        steal_from: str | None = None,
+    ) -> Claim:
         now = time.time()
         lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds}
         with self._lock:
             existing = self._runs.get(record.run_id)
-            decision = claim_decision(existing, now)
+            decision = claim_decision(existing, now, steal_from)
             if decision == "refuse":
                 assert existing is not None
                 return Claim(acquired=False, created=False, record=existing.model_copy(deep=True))

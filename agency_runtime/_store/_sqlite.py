@@ -282,11 +282,18 @@ class SqliteStore:
 
     # -- the Store protocol ----------------------------------------------------------------
 
-    async def claim_run(self, record: RunRecord, *, owner: str, lease_seconds: float) -> Claim:
+    async def claim_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        lease_seconds: float,
+        steal_from: str | None = None,
+    ) -> Claim:
         now = time.time()
         with self._db(f"claim run {record.run_id!r}", write=True) as conn:
             existing = self._fetch(conn, record.run_id)
-            decision = claim_decision(existing, now)
+            decision = claim_decision(existing, now, steal_from)
             if decision == "refuse":
                 assert existing is not None
                 return Claim(acquired=False, created=False, record=existing)

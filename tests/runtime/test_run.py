@@ -469,3 +469,39 @@ async def test_runs_admin_view(store: MemoryStore) -> None:
         await agency.runs.get("zzz", store=store)
     with pytest.raises(InvalidArgumentError):
         await agency.runs.list(store=store, limit=0)
+
+
+def test_a_crashed_holder_on_this_machine_is_taken_over_without_waiting_for_its_lease(
+    tmp_path: Path,
+) -> None:
+    module = tmp_path / "crashy.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            import os, signal, pathlib
+            from agency_runtime import agency
+
+            def job() -> str:
+                marker = pathlib.Path(__file__).with_name("crashed-once")
+                if not marker.exists():
+                    marker.write_text("x")
+                    os.kill(os.getpid(), signal.SIGKILL)  # die holding the run's lease
+                return "done"
+            """
+        )
+    )
+    url = f"sqlite:///{tmp_path}/crash.db"
+    script = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r}); import crashy; "
+        "from agency_runtime import agency; "
+        f"print(agency.run_sync(crashy.job, run_id='c1', store={url!r}).value)"
+    )
+    first = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert first.returncode == -9  # killed while running, with a 30 s lease left
+    started = time.monotonic()
+    second = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert second.stdout.strip() == "done"
+    assert time.monotonic() - started < 10  # far less than the lease it left behind
+    assert run_module.LEASE_SECONDS >= 30
