@@ -15,10 +15,9 @@ from typing import Any
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._errors import CheckpointError, InvalidArgumentError, RestoreSignal
-from ._frame import current_frame
+from ._frame import current_frame, position_of
 from ._journal import journal_of
 from ._records import Checkpoint
-from ._scope import Position
 
 __all__ = ["MAX_RESTORES", "create_checkpoint", "get_checkpoint", "restore"]
 
@@ -30,7 +29,7 @@ async def create_checkpoint(label: str | None = None, *, pinned: bool = False) -
     """Record a checkpoint here and return its id."""
     frame = current_frame("checkpoint()")
     journal = journal_of(frame.ctx)
-    position = frame.scope if isinstance(frame.scope, Position) else Position(None, "")
+    position = position_of(frame)
     ordinal = journal.ordinal(position.address, "checkpoint")
     checkpoint_id = f"cp:{position.address or '/'}#{ordinal}"
     if checkpoint_id in journal.checkpoints:

@@ -25,6 +25,7 @@ from ._frame import (
     current_frame_maybe,
     use_frame,
 )
+from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
 from ._interrupts import handler, interrupt, with_handler
 from ._money import usd_to_pico
 from ._recovery import RunsNamespace, respond_to_interrupts, resume
@@ -141,6 +142,10 @@ class Agency:
     handler = staticmethod(handler)
     get_checkpoint = staticmethod(get_checkpoint)
     restore = staticmethod(restore)
+    with_cost_guard = staticmethod(with_cost_guard)
+    cost_guard = staticmethod(cost_guard)
+    with_time_guard = staticmethod(with_time_guard)
+    time_guard = staticmethod(time_guard)
 
     async def checkpoint(self, label: str | None = None) -> str:
         """Record a checkpoint of the run here and return its id."""
@@ -210,15 +215,18 @@ class Agency:
     # -- cost and tokens -------------------------------------------------------------------
 
     def add_cost(self, usd: float) -> None:
-        """Bill ``usd`` US dollars of spend to the run (a finite, non-negative amount)."""
+        """Bill ``usd`` US dollars to the run and every cost guard in scope.
+
+        Raises :class:`GuardExceededError` at once when a guard is now strictly over.
+        """
         pico = usd_to_pico(usd, what="add_cost: amount")
-        current_frame("add_cost()").ctx.charge(pico=pico)
+        charge(current_frame("add_cost()"), pico=pico)
 
     def add_tokens(self, n: int) -> None:
         """Bill ``n`` tokens to the run (a non-negative integer)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InvalidArgumentError(f"add_tokens: n must be a non-negative integer, got {n!r}")
-        current_frame("add_tokens()").ctx.charge(tokens=n)
+        charge(current_frame("add_tokens()"), tokens=n, enforce=False)
 
     # -- test frames -----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -20,7 +20,15 @@ from ._context import BranchState, RuntimeContext
 from ._errors import OutsideFrameError
 from ._threads import ThreadStore
 
-__all__ = ["CallsiteLocation", "Frame", "current_frame", "current_frame_maybe", "use_frame"]
+__all__ = [
+    "CallsiteLocation",
+    "Frame",
+    "Position",
+    "current_frame",
+    "current_frame_maybe",
+    "position_of",
+    "use_frame",
+]
 
 T = TypeVar("T")
 
@@ -92,6 +100,26 @@ class Frame:
 
     def __repr__(self) -> str:
         return f"<Frame run_id={self.ctx.run_id!r} callsite={self.callsite!r}>"
+
+
+class Position(NamedTuple):
+    """Where a frame is inside the scope tree: the scope (if any) and the address.
+
+    The address is ``""`` at the run root, a scope's address inside its body (``"order"``),
+    and a step's path inside the step (``"order/2"``).
+    """
+
+    scope: Any
+    address: str
+
+
+ROOT = Position(None, "")
+
+
+def position_of(frame: Frame) -> Position:
+    """The frame's position (the run root when it has none)."""
+    scope = frame.scope
+    return scope if isinstance(scope, Position) else ROOT
 
 
 _FRAME: ContextVar[Frame | None] = ContextVar("agency_frame", default=None)

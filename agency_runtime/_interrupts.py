@@ -24,17 +24,17 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._errors import AgencyError, HandlerRecursionError, InvalidArgumentError, RunPaused
-from ._frame import Frame, call_in_frame, current_frame, use_frame
+from ._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._journal import journal_of
 from ._records import InterruptResponse
 from ._results import Interrupt
-from ._scope import Position
 
 __all__ = [
     "MAX_HANDLER_DEPTH",
     "Handler",
     "HandlerDecision",
     "approve",
+    "ask",
     "interrupt",
     "interrupt_id",
     "pass_",
@@ -168,7 +168,17 @@ async def interrupt(
     expects_value: bool = False,
 ) -> InterruptResponse:
     """Ask a question; return the handlers' decision, or pause the run for a human answer."""
-    frame = current_frame("interrupt()")
+    return await ask(current_frame("interrupt()"), effect, message, data, expects_value)
+
+
+async def ask(
+    frame: Frame,
+    effect: str,
+    message: str = "",
+    data: Any = None,
+    expects_value: bool = False,
+) -> InterruptResponse:
+    """:func:`interrupt` in an explicit frame (the guard gate asks with fewer handlers)."""
     if not isinstance(effect, str) or not effect.strip():
         raise InvalidArgumentError(
             f"an interrupt's effect must be a non-empty string, got {effect!r}"
@@ -180,7 +190,7 @@ async def interrupt(
             f"interrupt data must be JSON data or pydantic models, since it is stored ({exc})"
         ) from exc
     journal = journal_of(frame.ctx)
-    position = frame.scope if isinstance(frame.scope, Position) else Position(None, "")
+    position = position_of(frame)
     ordinal = journal.ordinal(position.address, "interrupt")
     key = interrupt_id(journal.run_id or "", position.address, ordinal)
     answer = journal.answers.get(key)

@@ -20,23 +20,24 @@ import time
 import typing
 from collections.abc import Awaitable, Callable
 from types import FrameType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from ._effects import replay_changes
 from ._errors import (
     InvalidArgumentError,
     JournalCorruptError,
     NondeterminismError,
     StepResultError,
 )
-from ._frame import _FRAME, call_in_frame, current_frame, use_frame
+from ._frame import _FRAME, Position, call_in_frame, current_frame, position_of, use_frame
 from ._journal import RunJournal, journal_of
 from ._records import JournalEntry
 from ._threads import CHANGES, ThreadChange
 
-__all__ = ["Position", "ResumableScope", "ResumableScopeOpts", "with_resumable_scope"]
+__all__ = ["ResumableScope", "ResumableScopeOpts", "with_resumable_scope"]
 
 T = TypeVar("T")
 
@@ -51,13 +52,6 @@ class ResumableScopeOpts(BaseModel):
     name: str
     module_id: str = DEFAULT_MODULE_ID
     pin_result_checkpoint: bool = False
-
-
-class Position(NamedTuple):
-    """Where a frame is inside the scope tree: the scope (if any) and the address."""
-
-    scope: ResumableScope | None
-    address: str
 
 
 async def _ready(value: Any) -> Any:
@@ -216,7 +210,7 @@ class ResumableScope:
         try:
             if entry.deltas:
                 changes: list[ThreadChange] = from_json(entry.deltas)
-                current_frame("ResumableScope.step()").threads.apply_changes(changes)
+                replay_changes(current_frame("ResumableScope.step()"), changes)
             adapter = _adapter_for(fn, returns)
             if adapter is not None:
                 return adapter.validate_json(entry.result)
@@ -351,7 +345,7 @@ async def with_resumable_scope(
             f"got {type(body).__name__}"
         )
     journal = journal_of(frame.ctx)
-    position = frame.scope if isinstance(frame.scope, Position) else Position(None, "")
+    position = position_of(frame)
     parent = position.address
     ordinal = journal.ordinal(parent, "scope")
     repeat = journal.ordinal(parent, "scope:" + options.name)

@@ -44,7 +44,11 @@ CHANGES: ContextVar[list[ThreadChange] | None] = ContextVar("agency_thread_chang
 """Where thread changes are reported while a journaled step runs (``None``: nobody listens)."""
 
 
-def _report(change: ThreadChange) -> None:
+THREAD_CHANGE_KINDS = frozenset({"new", "push", "queue", "take"})
+
+
+def report_change(change: ThreadChange) -> None:
+    """Report a change to the journaled step that is running, if any."""
     changes = CHANGES.get()
     if changes is not None:
         changes.append(change)
@@ -108,7 +112,7 @@ class MessageThread(BaseModel):
             message = message.model_copy(update={"label": label})
         self.messages.append(message)
         if CHANGES.get() is not None:
-            _report(["push", self.id, message.model_dump(exclude_defaults=True)])
+            report_change(["push", self.id, message.model_dump(exclude_defaults=True)])
 
     def add(self, role: Role, content: MessageContent, label: str | None = None) -> Message:
         """Build a message from ``role`` and ``content``, push it and return it."""
@@ -147,13 +151,13 @@ class MessageThread(BaseModel):
         queued = QueuedMessage.model_construct(role=role, content=content, label=label)
         self.queued_messages.append(queued)
         if CHANGES.get() is not None:
-            _report(["queue", self.id, queued.model_dump()])
+            report_change(["queue", self.id, queued.model_dump()])
 
     def take_queued(self) -> list[QueuedMessage]:
         """Remove and return every queued message, oldest first (used by LLM delivery)."""
         queued, self.queued_messages = self.queued_messages, []
         if queued:
-            _report(["take", self.id])
+            report_change(["take", self.id])
         return queued
 
     def to_llm_messages(self) -> list[dict[str, Any]]:
@@ -249,7 +253,7 @@ class ThreadStore:
         """Create an empty thread and return its id (it is not made active)."""
         thread_id = self._registry.new_id()
         self._registry.threads[thread_id] = MessageThread(id=thread_id, label=label, hidden=hidden)
-        _report(["new", thread_id, None, label, hidden, None])
+        report_change(["new", thread_id, None, label, hidden, None])
         return thread_id
 
     def create_subthread(self, *, label: str | None = None) -> str:
@@ -267,7 +271,7 @@ class ThreadStore:
         self._registry.threads[thread_id] = thread
         if CHANGES.get() is not None:
             copied = [m.model_dump(exclude_defaults=True) for m in thread.messages]
-            _report(["new", thread_id, thread.parent_id, label, False, copied])
+            report_change(["new", thread_id, thread.parent_id, label, False, copied])
         return thread_id
 
     def get(self, thread_id: str | int) -> MessageThread:
@@ -337,34 +341,29 @@ class ThreadStore:
             view.push_active(active_id)
         return view
 
-    def apply_changes(self, changes: list[ThreadChange]) -> None:
-        """Replay changes recorded by a journaled step (see :data:`CHANGES`).
+    def apply_change(self, change: ThreadChange) -> None:
+        """Apply one thread change recorded by a journaled step (see :data:`CHANGES`).
 
-        The changes are reported again, so an enclosing step that is still running records
-        them too.
+        Raises ``ValueError``/``KeyError`` for a change this store cannot apply.
         """
         threads = self._registry.threads
-        for change in changes:
-            kind, thread_id = change[0], change[1]
-            if kind == "new":
-                _, _, parent_id, label, hidden, messages = change
-                thread = MessageThread(
-                    id=thread_id, parent_id=parent_id, label=label, hidden=hidden
-                )
-                if messages:
-                    thread.messages = [Message.model_validate(m) for m in messages]
-                threads[thread_id] = thread
-                if thread_id.isdigit():
-                    self._registry.counter = max(self._registry.counter, int(thread_id) + 1)
-            elif kind == "push":
-                threads[thread_id].messages.append(Message.model_validate(change[2]))
-            elif kind == "queue":
-                threads[thread_id].queued_messages.append(QueuedMessage.model_validate(change[2]))
-            elif kind == "take":
-                threads[thread_id].queued_messages = []
-            else:
-                raise ValueError(f"unknown thread change {kind!r}")
-            _report(change)
+        kind, thread_id = change[0], change[1]
+        if kind == "new":
+            _, _, parent_id, label, hidden, messages = change
+            thread = MessageThread(id=thread_id, parent_id=parent_id, label=label, hidden=hidden)
+            if messages:
+                thread.messages = [Message.model_validate(m) for m in messages]
+            threads[thread_id] = thread
+            if thread_id.isdigit():
+                self._registry.counter = max(self._registry.counter, int(thread_id) + 1)
+        elif kind == "push":
+            threads[thread_id].messages.append(Message.model_validate(change[2]))
+        elif kind == "queue":
+            threads[thread_id].queued_messages.append(QueuedMessage.model_validate(change[2]))
+        elif kind == "take":
+            threads[thread_id].queued_messages = []
+        else:
+            raise ValueError(f"unknown thread change {kind!r}")
 
     # -- listing ---------------------------------------------------------------------------
 

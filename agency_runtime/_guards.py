@@ -1,0 +1,346 @@
+"""Cost and time guards, and billing spend to the run and to every guard in scope.
+
+* A :class:`CostGuard` counts the spend made after it was installed (exact pico-dollars)
+  and trips when that spend is **strictly** over its limit. ``agency.add_cost`` raises
+  :class:`GuardExceededError` at once; an LLM call that crosses a guard raises a resumable
+  ``std::guard`` interrupt after the call (see :func:`gate`), whose approval can add budget.
+* A :class:`TimeGuard` cancels the work inside it (anyio cancellation) and fires the
+  branch's abort signal when its time is up; the block then raises
+  :class:`GuardExceededError` with ``type="time"``.
+
+Spend and grants made inside a journaled step are recorded with the step (``["cost", …]``
+and ``["grant", …]`` changes), so when the step is replayed its spend counts toward the
+guards again and its grants hold: budgets survive resume.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Literal, TypeVar
+
+import anyio
+
+from ._context import AbortSignal
+from ._errors import GuardApproveError, GuardExceededError, InvalidArgumentError
+from ._frame import Frame, call_in_frame, current_frame, position_of, use_frame
+from ._journal import journal_of
+from ._money import pico_to_usd, usd_to_pico
+from ._threads import report_change
+
+__all__ = [
+    "CostGuard",
+    "TimeGuard",
+    "charge",
+    "cost_guard",
+    "gate",
+    "time_guard",
+    "with_cost_guard",
+    "with_time_guard",
+]
+
+T = TypeVar("T")
+
+
+class CostGuard:
+    """A spend budget for the code inside it (US dollars, kept exactly)."""
+
+    __slots__ = ("disarmed", "guard_id", "handlers_at_install", "label", "limit_pico", "spent_pico")
+
+    type: Literal["cost"] = "cost"
+
+    def __init__(self, guard_id: str, limit_pico: int, label: str | None, handlers: int) -> None:
+        self.guard_id = guard_id
+        self.label = label
+        self.limit_pico = limit_pico
+        self.spent_pico = 0
+        self.disarmed = False
+        self.handlers_at_install = handlers
+
+    @property
+    def limit(self) -> float:
+        """The budget in US dollars (grants included)."""
+        return pico_to_usd(self.limit_pico)
+
+    @property
+    def spent(self) -> float:
+        """What was spent inside the guard, in US dollars."""
+        return pico_to_usd(self.spent_pico)
+
+    def over(self) -> bool:
+        """Whether the spend is strictly over the budget (and the guard is armed)."""
+        return not self.disarmed and self.spent_pico > self.limit_pico
+
+    def error(self) -> GuardExceededError:
+        """The error describing this guard's trip."""
+        return GuardExceededError("cost", self.limit, self.spent, self.guard_id, self.label)
+
+    def __repr__(self) -> str:
+        return f"<CostGuard {self.guard_id} spent={self.spent} limit={self.limit}>"
+
+
+class TimeGuard:
+    """A time budget for the code inside it (seconds of wall time)."""
+
+    __slots__ = ("guard_id", "handlers_at_install", "label", "limit", "signal", "started")
+
+    type: Literal["time"] = "time"
+
+    def __init__(
+        self, guard_id: str, limit: float, label: str | None, handlers: int, signal: AbortSignal
+    ) -> None:
+        self.guard_id = guard_id
+        self.label = label
+        self.limit = limit
+        self.started = time.monotonic()
+        self.signal = signal
+        self.handlers_at_install = handlers
+
+    @property
+    def spent(self) -> float:
+        """Seconds since the guard was installed."""
+        return time.monotonic() - self.started
+
+    def over(self) -> bool:
+        """Whether the time is up."""
+        return self.spent >= self.limit
+
+    def error(self) -> GuardExceededError:
+        """The error describing this guard's trip."""
+        return GuardExceededError(
+            "time", self.limit, round(self.spent, 6), self.guard_id, self.label
+        )
+
+    def __repr__(self) -> str:
+        return f"<TimeGuard {self.guard_id} spent={self.spent:.3f}s limit={self.limit}s>"
+
+
+Guard = CostGuard | TimeGuard
+
+
+def _guard_id(frame: Frame, kind: str) -> str:
+    journal = journal_of(frame.ctx)
+    position = position_of(frame)
+    ordinal = journal.ordinal(position.address, f"{kind}-guard")
+    return f"{kind}-guard:{position.address or '/'}#{ordinal}"
+
+
+# -- billing -----------------------------------------------------------------------------------
+
+
+def charge(frame: Frame, *, pico: int = 0, tokens: int = 0, enforce: bool = True) -> None:
+    """Bill spend to the run and to every cost guard of the frame's branch.
+
+    With ``enforce``, a guard that is now strictly over its budget (or a time guard whose
+    time is up) raises :class:`GuardExceededError` at once (``agency.add_cost``). An LLM
+    call bills without enforcing, then goes through :func:`gate`.
+    """
+    frame.ctx.charge(pico=pico, tokens=tokens)
+    charge_guards(frame, pico)
+    if pico or tokens:
+        report_change(["cost", pico, tokens])
+    if enforce:
+        for guard in reversed(frame.stack.guards):
+            if guard.over():
+                raise guard.error()
+
+
+def charge_guards(frame: Frame, pico: int) -> None:
+    """Add ``pico`` to the spend of every cost guard in the frame's branch."""
+    if pico:
+        for guard in frame.stack.guards:
+            if isinstance(guard, CostGuard):
+                guard.spent_pico += pico
+
+
+def find_guard(frame: Frame, guard_id: str) -> Guard | None:
+    """The guard with ``guard_id`` in the frame's branch, if it is installed there."""
+    for guard in frame.stack.guards:
+        if isinstance(guard, CostGuard | TimeGuard) and guard.guard_id == guard_id:
+            return guard
+    return None
+
+
+def apply_grant(guard: Guard, grant: list[Any]) -> None:
+    """Apply a recorded ``["grant", guard_id, pico, seconds, disarm]`` to ``guard``."""
+    _, _, pico, seconds, disarm = grant
+    if isinstance(guard, CostGuard):
+        guard.limit_pico += int(pico)
+        guard.disarmed = guard.disarmed or bool(disarm)
+    else:
+        guard.limit += float(seconds)
+
+
+# -- the std::guard interrupt ---------------------------------------------------------------------
+
+
+def _number(value: object, key: str) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise GuardApproveError(f"guard approval error: {key} must be a number, got {value!r}")
+    return max(0.0, float(value))
+
+
+def _parse_grant(value: object) -> tuple[float, float, bool, str | None]:
+    if value is None:
+        return 0.0, 0.0, False, None
+    if not isinstance(value, dict):
+        raise GuardApproveError(
+            "guard approval error: approve a guard with a dict such as "
+            f'{{"max_cost": 0.5}} or {{"max_time": 30}}, got {type(value).__name__}'
+        )
+    cost = value.get("max_cost", value.get("maxCost"))
+    seconds = value.get("max_time", value.get("maxTime"))
+    message = value.get("message")
+    return (
+        _number(cost, "max_cost"),
+        _number(seconds, "max_time"),
+        bool(value.get("disarm", False)),
+        message if isinstance(message, str) and message else None,
+    )
+
+
+async def gate(frame: Frame) -> None:
+    """After an LLM call: turn the first tripped guard into a ``std::guard`` interrupt.
+
+    Innermost guard first. Handlers installed inside the tripped guard cannot answer. An
+    approval's ``max_cost``/``max_time`` add budget, ``disarm`` disarms the guard and
+    ``message`` is queued on the active thread; an approval that leaves the guard over
+    raises :class:`GuardApproveError`; a rejection raises the guard's
+    :class:`GuardExceededError`. Unanswered, the run pauses like any interrupt.
+    """
+    from ._interrupts import ask  # the interrupt layer sits beside guards, not below them
+
+    for guard in reversed(frame.stack.guards):
+        if not guard.over():
+            continue
+        error = guard.error()
+        name = f'guard "{guard.label}"' if guard.label else f"the {guard.type} guard"
+        unit = "$" if guard.type == "cost" else ""
+        suffix = "" if guard.type == "cost" else "s"
+        asking = frame.evolve(
+            stack=frame.stack.evolve(handlers=frame.stack.handlers[: guard.handlers_at_install])
+        )
+        answer = await ask(
+            asking,
+            "std::guard",
+            f"{name} exceeded its {guard.type} budget: spent {unit}{error.spent}{suffix} of "
+            f"{unit}{error.limit}{suffix}. Approve more budget (max_cost / max_time), or "
+            "reject to stop.",
+            {
+                "label": guard.label,
+                "guard_id": guard.guard_id,
+                "dimension": guard.type,
+                "limit": error.limit,
+                "spent": error.spent,
+            },
+        )
+        if not answer.approved:
+            raise error
+        cost, seconds, disarm, message = _parse_grant(answer.value)
+        grant = ["grant", guard.guard_id, usd_to_pico(cost, what="max_cost"), seconds, disarm]
+        apply_grant(guard, grant)
+        report_change(grant)
+        if message is not None:
+            frame.threads.get_or_create_active().queue_message(
+                message, label=f"guard:{guard.label or guard.type}"
+            )
+        if guard.over():
+            raise GuardApproveError(
+                f"guard approval error: {name} is still over its {guard.type} budget after "
+                f"the approval (spent {error.spent}, limit now {guard.error().limit}); approve "
+                'with enough budget, e.g. {"max_cost": ...}, or reject'
+            )
+        return
+
+
+# -- installing guards -----------------------------------------------------------------------
+
+
+def _check_fn(fn: object, member: str) -> None:
+    if not callable(fn):
+        raise InvalidArgumentError(f"agency.{member} needs fn: a callable taking no arguments")
+
+
+def _install_cost(max_usd: float, label: str | None, member: str) -> Frame:
+    frame = current_frame(member)
+    limit = usd_to_pico(max_usd, what=f"{member}: max_usd")
+    guard = CostGuard(_guard_id(frame, "cost"), limit, label, len(frame.stack.handlers))
+    return frame.evolve(stack=frame.stack.evolve(guards=(*frame.stack.guards, guard)))
+
+
+def with_cost_guard(
+    max_usd: float, fn: Callable[[], T | Awaitable[T]], *, label: str | None = None
+) -> Awaitable[T]:
+    """Run ``fn`` under a spend budget of ``max_usd`` US dollars."""
+    _check_fn(fn, "with_cost_guard()")
+    return call_in_frame(_install_cost(max_usd, label, "with_cost_guard()"), fn)
+
+
+@asynccontextmanager
+async def cost_guard(max_usd: float, *, label: str | None = None) -> AsyncIterator[CostGuard]:
+    """``async with agency.cost_guard(0.50):`` — the context-manager form of a cost guard."""
+    frame = _install_cost(max_usd, label, "cost_guard()")
+    with use_frame(frame):
+        yield frame.stack.guards[-1]
+
+
+def _check_seconds(seconds: float, member: str) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise InvalidArgumentError(f"agency.{member}: seconds must be a number, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise InvalidArgumentError(
+            f"agency.{member}: seconds must be a positive number, got {seconds!r}"
+        )
+    return float(seconds)
+
+
+@asynccontextmanager
+async def time_guard(seconds: float, *, label: str | None = None) -> AsyncIterator[TimeGuard]:
+    """``async with agency.time_guard(30):`` — cancel the block after ``seconds``.
+
+    When the time is up, the work inside is cancelled (LLM calls, sleeps, anything that
+    awaits), the branch's abort signal fires (for loops that poll it), and the block raises
+    :class:`GuardExceededError` with ``type="time"``.
+    """
+    limit = _check_seconds(seconds, "time_guard()")
+    frame = current_frame("time_guard()")
+    signal = AbortSignal(parent=frame.stack.abort_signal)
+    guard = TimeGuard(_guard_id(frame, "time"), limit, label, len(frame.stack.handlers), signal)
+    inner = frame.evolve(
+        stack=frame.stack.evolve(guards=(*frame.stack.guards, guard), abort_signal=signal)
+    )
+    with anyio.CancelScope() as scope:
+
+        async def expire() -> None:
+            while not guard.over():  # noqa: ASYNC110 - a grant may move the deadline
+                await anyio.sleep(max(0.0, guard.limit - guard.spent))
+            signal.abort(guard.error())
+            scope.cancel()
+
+        async with anyio.create_task_group() as timers:
+            timers.start_soon(expire)
+            try:
+                with use_frame(inner):
+                    yield guard
+            finally:
+                timers.cancel_scope.cancel()
+    if scope.cancelled_caught:
+        raise guard.error()
+
+
+async def with_time_guard(
+    seconds: float, fn: Callable[[], T | Awaitable[T]], *, label: str | None = None
+) -> T:
+    """Run ``fn`` with at most ``seconds`` of wall time (see :func:`time_guard`)."""
+    _check_fn(fn, "with_time_guard()")
+    async with time_guard(seconds, label=label):
+        result = fn()
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    raise AssertionError("unreachable")  # pragma: no cover - the block raised or returned
