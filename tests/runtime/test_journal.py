@@ -86,7 +86,9 @@ async def test_a_step_commits_its_result_locals_thread_deltas_and_spend(store: S
     assert json.loads(step.result) == {"n": 1}
     assert json.loads(step.locals or "null") == {"seen": 1}
     assert json.loads(step.deltas or "[]") == [
-        ["push", "0", {"role": "user", "content": "hello from the step"}]
+        ["push", "0", {"role": "user", "content": "hello from the step"}],
+        ["cost", 250_000_000_000, 0],
+        ["cost", 0, 3],
     ]
     assert step.cost_pico == 250_000_000_000
     assert step.tokens == 3
