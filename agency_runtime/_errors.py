@@ -33,6 +33,7 @@ Tree::
     ├── GuardApproveError
     ├── LockReentryError
     ├── LockTimeoutError
+    ├── LLMCallError
     └── StructuredOutputError
 
     RunPaused (BaseException)
@@ -58,6 +59,7 @@ __all__ = [
     "InterruptAnswerError",
     "InvalidArgumentError",
     "JournalCorruptError",
+    "LLMCallError",
     "LockReentryError",
     "LockTimeoutError",
     "NondeterminismError",
@@ -230,8 +232,22 @@ class LockTimeoutError(AgencyError, TimeoutError):
     """Waiting for a lock took longer than its timeout."""
 
 
+class LLMCallError(AgencyError):
+    """A call to the LLM provider failed (after retries, for transient errors)."""
+
+    def __init__(self, message: str, *, model: str, attempts: int) -> None:
+        self.model = model
+        self.attempts = attempts
+        super().__init__(message)
+
+
 class StructuredOutputError(AgencyError):
     """The model's answer never matched the requested schema within the allowed retries."""
+
+    def __init__(self, message: str, *, raw: str, errors: list[str]) -> None:
+        self.raw = raw
+        self.errors = errors
+        super().__init__(message)
 
 
 class RunPaused(BaseException):

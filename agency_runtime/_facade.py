@@ -27,6 +27,8 @@ from ._frame import (
 )
 from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
 from ._interrupts import handler, interrupt, with_handler
+from ._litellm import start_preload
+from ._llm import llm
 from ._money import usd_to_pico
 from ._recovery import RunsNamespace, respond_to_interrupts, resume
 from ._run import run, run_sync
@@ -142,10 +144,18 @@ class Agency:
     handler = staticmethod(handler)
     get_checkpoint = staticmethod(get_checkpoint)
     restore = staticmethod(restore)
+    llm = staticmethod(llm)
     with_cost_guard = staticmethod(with_cost_guard)
     cost_guard = staticmethod(cost_guard)
     with_time_guard = staticmethod(with_time_guard)
     time_guard = staticmethod(time_guard)
+
+    def preload(self, *, wait: bool = False) -> None:
+        """Start importing litellm in a background thread now (it takes seconds).
+
+        The first ``agency.llm`` call then finds it ready. ``wait=True`` blocks until done.
+        """
+        start_preload(wait=wait)
 
     async def checkpoint(self, label: str | None = None) -> str:
         """Record a checkpoint of the run here and return its id."""

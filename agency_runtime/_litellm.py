@@ -16,7 +16,13 @@ from types import ModuleType
 
 import anyio.to_thread
 
-__all__ = ["add_load_hook", "litellm_module", "load_litellm", "load_litellm_sync"]
+__all__ = [
+    "add_load_hook",
+    "litellm_module",
+    "load_litellm",
+    "load_litellm_sync",
+    "start_preload",
+]
 
 _lock = threading.Lock()
 _module: ModuleType | None = None
@@ -58,6 +64,25 @@ async def load_litellm() -> ModuleType:
     if module is not None:
         return module
     return await anyio.to_thread.run_sync(load_litellm_sync)
+
+
+_preload: threading.Thread | None = None
+
+
+def start_preload(*, wait: bool = False) -> None:
+    """Import litellm in a daemon thread (once); with ``wait``, block until it is loaded."""
+    global _preload
+    with _lock:
+        if _module is None and _preload is None:
+            _preload = threading.Thread(
+                target=load_litellm_sync, name="agency-preload-litellm", daemon=True
+            )
+            _preload.start()
+        thread = _preload
+    if wait:
+        if thread is not None:
+            thread.join()
+        load_litellm_sync()
 
 
 def litellm_module() -> ModuleType | None:

@@ -325,9 +325,9 @@ def _check_opts(opts: ResumableScopeOpts | str) -> ResumableScopeOpts:
             "with_resumable_scope needs a name or ResumableScopeOpts(name=...), "
             f"got {type(opts).__name__}"
         )
-    if not opts.name or "/" in opts.name or "~" in opts.name or not opts.name.strip():
+    if not opts.name.strip() or any(c in opts.name for c in "/~#"):
         raise InvalidArgumentError(
-            f"a scope name must be non-empty without '/' or '~', got {opts.name!r}"
+            f"a scope name must be non-empty without '/', '~' or '#', got {opts.name!r}"
         )
     return opts
 
