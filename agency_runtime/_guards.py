@@ -28,7 +28,7 @@ from ._context import AbortSignal
 from ._errors import GuardApproveError, GuardExceededError, InvalidArgumentError
 from ._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._journal import journal_of
-from ._money import pico_to_usd, usd_to_pico
+from ._money import format_usd, pico_to_usd, usd_to_pico
 from ._threads import report_change
 
 __all__ = [
@@ -220,17 +220,18 @@ async def gate(frame: Frame) -> None:
             continue
         error = guard.error()
         name = f'guard "{guard.label}"' if guard.label else f"the {guard.type} guard"
-        unit = "$" if guard.type == "cost" else ""
-        suffix = "" if guard.type == "cost" else "s"
+        if guard.type == "cost":
+            spent, limit = format_usd(error.spent), format_usd(error.limit)
+        else:
+            spent, limit = f"{error.spent:.3f}s", f"{error.limit}s"
         asking = frame.evolve(
             stack=frame.stack.evolve(handlers=frame.stack.handlers[: guard.handlers_at_install])
         )
         answer = await ask(
             asking,
             "std::guard",
-            f"{name} exceeded its {guard.type} budget: spent {unit}{error.spent}{suffix} of "
-            f"{unit}{error.limit}{suffix}. Approve more budget (max_cost / max_time), or "
-            "reject to stop.",
+            f"{name} exceeded its {guard.type} budget: spent {spent} of {limit}. Approve more "
+            "budget (max_cost / max_time), or reject to stop.",
             {
                 "label": guard.label,
                 "guard_id": guard.guard_id,

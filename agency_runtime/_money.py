@@ -26,6 +26,12 @@ def usd_to_pico(usd: float, *, what: str = "amount") -> int:
     return int((Decimal(repr(float(usd))) * PICO_PER_USD).to_integral_value(ROUND_HALF_EVEN))
 
 
+def format_usd(usd: float) -> str:
+    """``$0.00001`` rather than ``$1e-05``: dollars with up to 12 decimals, trailing zeros cut."""
+    text = f"{usd:,.12f}".rstrip("0").rstrip(".")
+    return f"${text}"
+
+
 def pico_to_usd(pico: int) -> float:
     """Convert integer pico-dollars back to a float dollar amount."""
     return pico / PICO_PER_USD
