@@ -37,7 +37,9 @@ from ._errors import (
 )
 from ._facade import Agency, agency
 from ._frame import CallsiteLocation, Frame
+from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
+from ._locks import HeldLock
 from ._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
 from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._scope import ResumableScope, ResumableScopeOpts
@@ -63,6 +65,7 @@ __all__ = [
     "CallsiteLocation",
     "Checkpoint",
     "CheckpointError",
+    "CostGuard",
     "EntryImportError",
     "ErrorInfo",
     "Frame",
@@ -71,6 +74,7 @@ __all__ = [
     "Handler",
     "HandlerDecision",
     "HandlerRecursionError",
+    "HeldLock",
     "Interrupt",
     "InterruptAnswer",
     "InterruptAnswerError",
@@ -111,6 +115,7 @@ __all__ = [
     "ThreadInfo",
     "ThreadStore",
     "ThreadStoreData",
+    "TimeGuard",
     "__version__",
     "agency",
     "approve",

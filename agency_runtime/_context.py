@@ -112,6 +112,7 @@ class RuntimeContext:
         "abort_signal",
         "globals",
         "journal",
+        "locks",
         "model",
         "run_id",
         "subprocess_depth",
@@ -139,6 +140,7 @@ class RuntimeContext:
         self.subprocess_depth = subprocess_depth
         self.abort_signal = AbortSignal()
         self.journal: Any = None  # the run's RunJournal, set by the run boundary
+        self.locks: Any = None  # the run's named locks (agency_runtime._locks), made lazily
         self._cost_pico = usd_to_pico(cost, what="cost")
         self._tokens = tokens
         self._lock = threading.Lock()

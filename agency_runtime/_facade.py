@@ -29,6 +29,7 @@ from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_
 from ._interrupts import handler, interrupt, with_handler
 from ._litellm import start_preload
 from ._llm import llm
+from ._locks import lock, with_lock
 from ._money import usd_to_pico
 from ._recovery import RunsNamespace, respond_to_interrupts, resume
 from ._run import run, run_sync
@@ -145,6 +146,8 @@ class Agency:
     get_checkpoint = staticmethod(get_checkpoint)
     restore = staticmethod(restore)
     llm = staticmethod(llm)
+    with_lock = staticmethod(with_lock)
+    lock = staticmethod(lock)
     with_cost_guard = staticmethod(with_cost_guard)
     cost_guard = staticmethod(cost_guard)
     with_time_guard = staticmethod(with_time_guard)

@@ -9,6 +9,7 @@ ahead of time.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections.abc import Callable
@@ -51,6 +52,9 @@ def load_litellm_sync() -> ModuleType:
 
         litellm.suppress_debug_info = True
         litellm.telemetry = False
+        # litellm brings ~3000 modules of long-lived objects: move them out of the cyclic
+        # collector's view, so later collections do not walk them again and again.
+        gc.freeze()
         hooks, _hooks[:] = list(_hooks), []
         _module = litellm
     for hook in hooks:

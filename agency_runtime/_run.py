@@ -13,7 +13,6 @@ import asyncio
 import functools
 import logging
 import os
-import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from ._errors import (
 from ._frame import Frame, call_in_frame
 from ._journal import RunJournal, paused_journals
 from ._money import pico_to_usd
+from ._owners import holder_is_dead, owner_id
 from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._store import RunRecord, Store, resolve_store
 from ._threads import CHANGES, ThreadStore
@@ -166,7 +166,7 @@ async def drive(
     kwargs: dict[str, Any],
 ) -> RunResult:
     """Claim ``record.run_id`` (waiting for a live holder) and execute it, or return its result."""
-    owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    owner = owner_id(uuid.uuid4().hex[:12])
     delay = _WAIT_MIN
     dead: str | None = None
     while True:
@@ -178,7 +178,7 @@ async def drive(
         _check_same_inputs(claim.record, record.entry, record.arguments)
         if claim.record.is_final:
             return _result_from_record(claim.record, entry)
-        if _holder_is_dead(claim.record.lease_owner):
+        if holder_is_dead(claim.record.lease_owner):
             dead = claim.record.lease_owner  # a crashed process on this machine: take over now
             continue
         finished = await _wait_for_holder(store, record.run_id, delay)
@@ -186,31 +186,6 @@ async def drive(
             return _result_from_record(finished, entry)
         delay = min(delay * 2, _WAIT_MAX)
     return await _execute(store, claim.record, owner, entry, args, kwargs)
-
-
-_HOST = socket.gethostname()
-
-
-def _holder_is_dead(owner: str | None) -> bool:
-    """Whether a lease owner is a process of this machine that no longer exists.
-
-    Owners are ``host:pid:nonce``. Only a process of this host can be checked; anywhere
-    else the lease has to expire. A reused pid makes a dead holder look alive: safe, since
-    the caller then waits for the lease as it would anyway.
-    """
-    if owner is None:
-        return False
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != _HOST or not pid_text.isdigit() or int(pid_text) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # it exists but belongs to someone else, or cannot be signalled here
-        return False
-    return False
 
 
 async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord | None:
@@ -226,7 +201,7 @@ async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord
             return None
         if current.status != "running":
             return current
-        if not current.lease_alive(time.time()) or _holder_is_dead(current.lease_owner):
+        if not current.lease_alive(time.time()) or holder_is_dead(current.lease_owner):
             return None
         delay = min(delay * 2, _WAIT_MAX)
 

@@ -228,3 +228,30 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the store's resources (idempotent)."""
         ...
+
+    # -- global locks (``agency.lock(name, scope="global")``) ----------------------------
+
+    async def enqueue_lock(self, name: str, owner: str, lease_seconds: float) -> int:
+        """Append a waiter for the global lock ``name``; return its ticket.
+
+        Tickets only ever grow (across all names), so ticket order is arrival order. The
+        ticket is leased for ``lease_seconds``; a ticket whose lease expires is dropped.
+        """
+        ...
+
+    async def lock_holder(self, name: str) -> tuple[int, str] | None:
+        """The lowest live ticket of lock ``name`` and its owner (``None``: nobody queues)."""
+        ...
+
+    async def lock_turn(self, name: str, ticket: int, owner: str, lease_seconds: float) -> bool:
+        """Renew ``ticket``'s lease, drop expired tickets of ``name``, and say whether
+        ``ticket`` is now the lowest live one (it holds the lock).
+
+        ``False`` while earlier tickets wait or hold, and for a ticket that no longer
+        exists (released, or dropped after its lease expired) or belongs to another owner.
+        """
+        ...
+
+    async def release_lock(self, name: str, ticket: int) -> None:
+        """Remove ``ticket`` from the queue of ``name`` (idempotent)."""
+        ...

@@ -243,3 +243,54 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return f"<MemoryStore {self.url} runs={len(self._runs)}>"
+
+    # -- global locks ------------------------------------------------------------------------
+
+    _lock_seq: int = 0
+    _lock_queues: dict[str, dict[int, tuple[str, float]]] | None = None
+    """Per lock name: ticket -> (owner, lease expiry), made on first use."""
+
+    def _lock_queue(self, name: str) -> dict[int, tuple[str, float]]:
+        queues = self._lock_queues
+        if queues is None:
+            queues = self._lock_queues = {}
+        return queues.setdefault(name, {})
+
+    def _drop_lock_queue_if_empty(self, name: str) -> None:
+        queues = self._lock_queues
+        if queues is not None and not queues.get(name, True):
+            del queues[name]
+
+    async def enqueue_lock(self, name: str, owner: str, lease_seconds: float) -> int:
+        now = time.time()
+        with self._lock:
+            queue = self._lock_queue(name)
+            for ticket in [t for t, (_, expires) in queue.items() if expires <= now]:
+                del queue[ticket]
+            self._lock_seq += 1
+            queue[self._lock_seq] = (owner, now + lease_seconds)
+            return self._lock_seq
+
+    async def lock_holder(self, name: str) -> tuple[int, str] | None:
+        now = time.time()
+        with self._lock:
+            live = [(t, o) for t, (o, expires) in self._lock_queue(name).items() if expires > now]
+        return min(live) if live else None
+
+    async def lock_turn(self, name: str, ticket: int, owner: str, lease_seconds: float) -> bool:
+        now = time.time()
+        with self._lock:
+            queue = self._lock_queue(name)
+            mine = queue.get(ticket)
+            if mine is not None and mine[0] == owner:
+                queue[ticket] = (owner, now + lease_seconds)
+            for expired in [t for t, (_, expires) in queue.items() if expires <= now]:
+                del queue[expired]
+            held = ticket in queue and queue[ticket][0] == owner and min(queue) == ticket
+            self._drop_lock_queue_if_empty(name)
+            return held
+
+    async def release_lock(self, name: str, ticket: int) -> None:
+        with self._lock:
+            self._lock_queue(name).pop(ticket, None)
+            self._drop_lock_queue_if_empty(name)

@@ -85,6 +85,13 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     body          TEXT NOT NULL,
     PRIMARY KEY (run_id, checkpoint_id)
 ) STRICT;
+CREATE TABLE IF NOT EXISTS locks (
+    name       TEXT NOT NULL,
+    ticket     INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner      TEXT NOT NULL,
+    expires_at REAL NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS locks_by_name ON locks (name, ticket);
 """
 
 _COLUMNS = (
@@ -573,6 +580,45 @@ class SqliteStore:
 
     def __repr__(self) -> str:
         return f"<SqliteStore {self._path!r}>"
+
+    # -- global locks ------------------------------------------------------------------------
+
+    async def enqueue_lock(self, name: str, owner: str, lease_seconds: float) -> int:
+        now = time.time()
+        with self._db(f"queue for lock {name!r}", write=True) as conn:
+            conn.execute("DELETE FROM locks WHERE name = ? AND expires_at <= ?", (name, now))
+            ticket = conn.execute(
+                "INSERT INTO locks (name, owner, expires_at) VALUES (?, ?, ?)",
+                (name, owner, now + lease_seconds),
+            ).lastrowid
+        assert ticket is not None
+        return ticket
+
+    async def lock_holder(self, name: str) -> tuple[int, str] | None:
+        with self._db(f"read the holder of lock {name!r}") as conn:
+            row = conn.execute(
+                "SELECT ticket, owner FROM locks WHERE name = ? AND expires_at > ? "
+                "ORDER BY ticket LIMIT 1",
+                (name, time.time()),
+            ).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
+
+    async def lock_turn(self, name: str, ticket: int, owner: str, lease_seconds: float) -> bool:
+        now = time.time()
+        with self._db(f"take a turn at lock {name!r}", write=True) as conn:
+            renewed = conn.execute(
+                "UPDATE locks SET expires_at = ? WHERE ticket = ? AND name = ? AND owner = ?",
+                (now + lease_seconds, ticket, name, owner),
+            ).rowcount
+            conn.execute("DELETE FROM locks WHERE name = ? AND expires_at <= ?", (name, now))
+            first = conn.execute(
+                "SELECT ticket FROM locks WHERE name = ? ORDER BY ticket LIMIT 1", (name,)
+            ).fetchone()
+        return renewed == 1 and first is not None and first[0] == ticket
+
+    async def release_lock(self, name: str, ticket: int) -> None:
+        with self._db(f"release lock {name!r}", write=True) as conn:
+            conn.execute("DELETE FROM locks WHERE ticket = ? AND name = ?", (ticket, name))
 
 
 class _Refused(Exception):

@@ -1,0 +1,41 @@
+"""Who holds a lease: owner ids of the form ``host:pid:nonce``, and spotting dead holders.
+
+Run leases and global-lock tickets carry such owners, so a process that finds a lease held
+by a process of *this* machine that no longer exists can take over at once instead of
+waiting for the lease to expire. Holders on other machines can only expire.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+__all__ = ["HOST", "holder_is_dead", "owner_id"]
+
+HOST = socket.gethostname()
+
+
+def owner_id(nonce: str) -> str:
+    """An owner id for this process: ``host:pid:nonce``."""
+    return f"{HOST}:{os.getpid()}:{nonce}"
+
+
+def holder_is_dead(owner: str | None) -> bool:
+    """Whether ``owner`` is a process of this machine that no longer exists.
+
+    Only a process of this host can be checked. A reused pid makes a dead holder look
+    alive, which is safe: the caller then waits for the lease as it would anyway.
+    """
+    if owner is None:
+        return False
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != HOST or not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists but belongs to someone else, or cannot be signalled here
+        return False
+    return False
