@@ -9,6 +9,7 @@ guard or handler makes a new one, carried by a new frame.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -28,28 +29,72 @@ class AbortSignal:
     follows the run's. Firing is idempotent: the first reason wins.
     """
 
-    __slots__ = ("_callbacks", "_event", "_lock", "_reason", "aborted")
+    __slots__ = (
+        "_aborted",
+        "_callbacks",
+        "_deadline",
+        "_event",
+        "_expire",
+        "_lock",
+        "_parent",
+        "_reason",
+    )
 
     def __init__(self, parent: AbortSignal | None = None) -> None:
-        self.aborted = False
+        self._aborted = False
         self._reason: BaseException | None = None
         self._callbacks: list[Callable[[BaseException], None]] = []
         self._event: anyio.Event | None = None
         self._lock = threading.Lock()
+        self._parent = parent
+        self._deadline: float | None = None
+        self._expire: Callable[[], BaseException] | None = None
         if parent is not None:
             parent.add_callback(self.abort)
+
+    def set_deadline(self, deadline: float, expire: Callable[[], BaseException]) -> None:
+        """Fire at ``deadline`` (``time.monotonic()`` seconds) with the reason ``expire()``.
+
+        The signal fires when it is next looked at after the deadline (``aborted``,
+        ``reason``, ``raise_if_aborted``, ``wait``): no timer thread is involved.
+        """
+        self._deadline = deadline
+        self._expire = expire
+
+    def _next_deadline(self) -> float | None:
+        deadlines = []
+        signal: AbortSignal | None = self
+        while signal is not None:
+            if signal._deadline is not None:
+                deadlines.append(signal._deadline)
+            signal = signal._parent
+        return min(deadlines) if deadlines else None
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the signal has fired (a passed deadline or a fired parent fires it now)."""
+        if self._aborted:
+            return True
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self.abort(self._expire() if self._expire is not None else None)
+            return True
+        parent = self._parent
+        if parent is not None and parent.aborted:
+            self.abort(parent.reason)
+            return True
+        return False
 
     @property
     def reason(self) -> BaseException | None:
         """The exception describing why the signal fired, or ``None`` while it has not."""
-        return self._reason
+        return self._reason if self.aborted else None
 
     def abort(self, reason: BaseException | None = None) -> None:
         """Fire the signal (idempotent). ``reason`` defaults to ``AgencyCancelledError``."""
         with self._lock:
-            if self.aborted:
+            if self._aborted:
                 return
-            self.aborted = True
+            self._aborted = True
             self._reason = reason if reason is not None else AgencyCancelledError()
             callbacks, self._callbacks = self._callbacks, []
             event = self._event
@@ -64,7 +109,7 @@ class AbortSignal:
         Returns a function that unsubscribes the callback.
         """
         with self._lock:
-            if not self.aborted:
+            if not self._aborted:
                 self._callbacks.append(callback)
                 return lambda: self._remove(callback)
         assert self._reason is not None
@@ -84,17 +129,22 @@ class AbortSignal:
 
     async def wait(self) -> BaseException:
         """Wait until the signal fires and return its reason."""
-        with self._lock:
-            if not self.aborted and self._event is None:
-                self._event = anyio.Event()
-            event = self._event
-        if event is not None:
-            await event.wait()
+        while not self.aborted:
+            with self._lock:
+                if self._event is None:
+                    self._event = anyio.Event()
+                event = self._event
+            deadline = self._next_deadline()
+            if deadline is None:
+                await event.wait()
+            else:
+                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                    await event.wait()
         assert self._reason is not None
         return self._reason
 
     def __repr__(self) -> str:
-        state = f"aborted reason={self._reason!r}" if self.aborted else "pending"
+        state = f"aborted reason={self._reason!r}" if self._aborted else "pending"
         return f"<AbortSignal {state}>"
 
 

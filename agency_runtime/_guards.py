@@ -85,7 +85,7 @@ class CostGuard:
 class TimeGuard:
     """A time budget for the code inside it (seconds of wall time)."""
 
-    __slots__ = ("guard_id", "handlers_at_install", "label", "limit", "signal", "started")
+    __slots__ = ("guard_id", "handlers_at_install", "label", "limit", "scope", "signal", "started")
 
     type: Literal["time"] = "time"
 
@@ -97,6 +97,7 @@ class TimeGuard:
         self.limit = limit
         self.started = time.monotonic()
         self.signal = signal
+        self.scope: anyio.CancelScope | None = None
         self.handlers_at_install = handlers
 
     @property
@@ -170,8 +171,11 @@ def apply_grant(guard: Guard, grant: list[Any]) -> None:
     if isinstance(guard, CostGuard):
         guard.limit_pico += int(pico)
         guard.disarmed = guard.disarmed or bool(disarm)
-    else:
+    elif seconds:
         guard.limit += float(seconds)
+        if guard.scope is not None:
+            guard.scope.deadline += float(seconds)
+        guard.signal.set_deadline(guard.started + guard.limit, guard.error)
 
 
 # -- the std::guard interrupt ---------------------------------------------------------------------
@@ -205,12 +209,13 @@ def _parse_grant(value: object) -> tuple[float, float, bool, str | None]:
 
 
 async def gate(frame: Frame) -> None:
-    """After an LLM call: turn the first tripped guard into a ``std::guard`` interrupt.
+    """After an LLM call: turn each tripped guard into a ``std::guard`` interrupt.
 
-    Innermost guard first. Handlers installed inside the tripped guard cannot answer. An
-    approval's ``max_cost``/``max_time`` add budget, ``disarm`` disarms the guard and
-    ``message`` is queued on the active thread; an approval that leaves the guard over
-    raises :class:`GuardApproveError`; a rejection raises the guard's
+    Innermost guard first; extending an inner guard does not widen an outer one, so each
+    guard over its budget is asked about in turn. Handlers installed inside the tripped
+    guard cannot answer. An approval's ``max_cost``/``max_time`` add budget, ``disarm``
+    disarms the guard and ``message`` is queued on the active thread; an approval that
+    leaves the guard over raises :class:`GuardApproveError`; a rejection raises the guard's
     :class:`GuardExceededError`. Unanswered, the run pauses like any interrupt.
     """
     from ._interrupts import ask  # the interrupt layer sits beside guards, not below them
@@ -256,7 +261,7 @@ async def gate(frame: Frame) -> None:
                 f"the approval (spent {error.spent}, limit now {guard.error().limit}); approve "
                 'with enough budget, e.g. {"max_cost": ...}, or reject'
             )
-        return
+        # Go on outwards: every guard this call pushed over its budget is asked about.
 
 
 # -- installing guards -----------------------------------------------------------------------
@@ -305,33 +310,27 @@ async def time_guard(seconds: float, *, label: str | None = None) -> AsyncIterat
     """``async with agency.time_guard(30):`` — cancel the block after ``seconds``.
 
     When the time is up, the work inside is cancelled (LLM calls, sleeps, anything that
-    awaits), the branch's abort signal fires (for loops that poll it), and the block raises
-    :class:`GuardExceededError` with ``type="time"``.
+    awaits), the branch's abort signal fires (for loops that poll it, even in a worker
+    thread), and the block raises :class:`GuardExceededError` with ``type="time"`` — also
+    when the work noticed the signal and stopped by itself. Exceptions from the block pass
+    through unchanged.
     """
     limit = _check_seconds(seconds, "time_guard()")
     frame = current_frame("time_guard()")
     signal = AbortSignal(parent=frame.stack.abort_signal)
     guard = TimeGuard(_guard_id(frame, "time"), limit, label, len(frame.stack.handlers), signal)
+    signal.set_deadline(guard.started + limit, guard.error)
     inner = frame.evolve(
         stack=frame.stack.evolve(guards=(*frame.stack.guards, guard), abort_signal=signal)
     )
-    with anyio.CancelScope() as scope:
-
-        async def expire() -> None:
-            while not guard.over():  # noqa: ASYNC110 - a grant may move the deadline
-                await anyio.sleep(max(0.0, guard.limit - guard.spent))
-            signal.abort(guard.error())
-            scope.cancel()
-
-        async with anyio.create_task_group() as timers:
-            timers.start_soon(expire)
-            try:
-                with use_frame(inner):
-                    yield guard
-            finally:
-                timers.cancel_scope.cancel()
-    if scope.cancelled_caught:
-        raise guard.error()
+    with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
+        guard.scope = scope
+        with use_frame(inner):
+            yield guard
+    if scope.cancelled_caught or guard.over():
+        error = guard.error()
+        signal.abort(error)
+        raise error
 
 
 async def with_time_guard(

@@ -1,0 +1,591 @@
+"""``agency.llm`` against the offline fake model.
+
+Covers DESIGN.md §3 (``agency.llm``), §4 "LLM, cost and guards", §7 (default model), §8
+"LLM", and the spec's §4 (agency.llm → runPrompt) with its "agencyLlm" and "queue" cases.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+import agency_runtime._llm as llm_module
+from agency_runtime import (
+    AgencyError,
+    GuardExceededError,
+    LLMCallError,
+    MemoryStore,
+    OutsideFrameError,
+    StructuredOutputError,
+    agency,
+    approve,
+)
+from agency_runtime._litellm import litellm_module, load_litellm
+from agency_runtime.testing import FakeModel, FakeRequest
+
+pytestmark = pytest.mark.anyio
+
+FEEDBACK_MARK = "did not match the required output format"
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+ADA = '{"name": "Ada", "age": 36}'
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture(autouse=True)
+def _fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.001)
+
+
+def words(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content.split())
+    if isinstance(content, list):
+        return sum(len(p["text"].split()) for p in content if isinstance(p, dict) and "text" in p)
+    return 0
+
+
+def tokens_of(request: FakeRequest, reply: str) -> tuple[int, int]:
+    """The fake model's deterministic (prompt, completion) token counts for one request."""
+    prompt = sum(1 + words(m.get("content")) for m in request.messages)
+    return prompt, max(1, len(reply.split()))
+
+
+def cost_of(fake: FakeModel, request: FakeRequest, reply: str) -> float:
+    prompt, completion = tokens_of(request, reply)
+    return prompt * fake.input_cost_per_token + completion * fake.output_cost_per_token
+
+
+def contents(request: FakeRequest) -> list[Any]:
+    return [m.get("content") for m in request.messages]
+
+
+def roles_and_contents() -> list[tuple[str, Any]]:
+    return [(m.role, m.content) for m in agency.thread.current().get_messages()]
+
+
+# -- the spec's agencyLlm cases --------------------------------------------------------------------
+
+
+async def test_thread_is_user_then_assistant_after_one_call() -> None:
+    with FakeModel("one", replies=["hello back"]) as fake, agency.test_context():
+        answer = await agency.llm("hello", model=fake.model)
+        assert answer == "hello back"
+        assert roles_and_contents() == [("user", "hello"), ("assistant", "hello back")]
+    assert len(fake.calls) == 1
+    assert contents(fake.calls[0]) == ["hello"]
+
+
+async def test_echo_model_answers_with_the_prompt() -> None:
+    with agency.test_context():
+        assert await agency.llm("say this back", model="fake/echo") == "say this back"
+
+
+async def test_cost_and_tokens_are_added_to_the_run(store: MemoryStore) -> None:
+    with FakeModel(
+        "priced", replies=["one two three"], input_cost_per_token=0.001, output_cost_per_token=0.002
+    ) as fake:
+
+        async def entry() -> dict[str, Any]:
+            answer = await agency.llm("hello world", model=fake.model)
+            return {"answer": answer, "cost": agency.ctx().cost, "tokens": agency.ctx().tokens}
+
+        result = await agency.run(entry, store=store)
+    assert result.status == "completed", result.error
+    # prompt: 2 words + 1 per message = 3 tokens; completion: 3 words.
+    assert tokens_of(fake.calls[0], "one two three") == (3, 3)
+    expected = 3 * 0.001 + 3 * 0.002
+    assert result.cost == pytest.approx(expected, abs=1e-12)
+    assert result.tokens == 6
+    assert result.value == {"answer": "one two three", "cost": result.cost, "tokens": 6}
+
+
+async def test_cost_accumulates_over_calls_in_a_test_frame() -> None:
+    with FakeModel("sum", replies=["a b", "c"]) as fake, agency.test_context():
+        await agency.llm("first prompt", model=fake.model)
+        await agency.llm("second", model=fake.model)
+        expected = cost_of(fake, fake.calls[0], "a b") + cost_of(fake, fake.calls[1], "c")
+        tokens = sum(tokens_of(fake.calls[0], "a b")) + sum(tokens_of(fake.calls[1], "c"))
+        assert agency.ctx().cost == pytest.approx(expected, abs=1e-12)
+        assert agency.ctx().tokens == tokens
+
+
+async def test_a_schema_returns_the_parsed_object() -> None:
+    with FakeModel("schema", replies=[ADA]) as fake, agency.test_context():
+        person = await agency.llm("who?", model=fake.model, schema=Person)
+        assert person == Person(name="Ada", age=36)
+        assert isinstance(person, Person)
+        # The raw answer is what lands on the thread.
+        assert roles_and_contents()[-1] == ("assistant", ADA)
+    assert fake.calls[0].response_format is not None  # a JSON-schema response format was sent
+
+
+async def test_a_schema_with_the_echo_model_generates_valid_output() -> None:
+    with agency.test_context():
+        person = await agency.llm("anyone", model="fake/echo", schema=Person)
+    assert isinstance(person, Person)
+
+
+@pytest.mark.parametrize("reply", ["[1, 2, 3]", '{"value": [1, 2, 3]}'])
+async def test_a_type_adapter_schema_works(reply: str) -> None:
+    with FakeModel("ints", replies=[reply]) as fake, agency.test_context():
+        assert await agency.llm("numbers", model=fake.model, schema=list[int]) == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        f"```json\n{ADA}\n```",
+        f"```\n{ADA}\n```",
+        f"Sure! Here is the person: {ADA} Hope that helps.",
+        f'{{"data": {ADA}}}',
+        f'{{"result": {ADA}}}',
+        f'{{"person": {ADA}}}',
+        f'```json\n{{"data": {ADA}}}\n```',
+    ],
+    ids=["fence", "bare-fence", "prose", "data-envelope", "result-envelope", "single-key", "both"],
+)
+async def test_tolerant_parsing(reply: str) -> None:
+    with FakeModel("tolerant", replies=[reply]) as fake, agency.test_context():
+        assert await agency.llm("who?", model=fake.model, schema=Person) == Person(
+            name="Ada", age=36
+        )
+    assert len(fake.calls) == 1  # parsed on the first attempt, no retry
+
+
+async def test_invalid_output_is_fed_back_and_retried() -> None:
+    with FakeModel("retry", replies=["not json at all", ADA]) as fake, agency.test_context():
+        person = await agency.llm("who?", model=fake.model, schema=Person)
+        assert person == Person(name="Ada", age=36)
+        thread = roles_and_contents()
+    assert len(fake.calls) == 2
+    assert not any(FEEDBACK_MARK in str(c) for c in contents(fake.calls[0]))
+    second = contents(fake.calls[1])
+    assert second[:2] == ["who?", "not json at all"]
+    assert FEEDBACK_MARK in second[2]
+    assert [role for role, _ in thread] == ["user", "assistant", "user", "assistant"]
+    assert FEEDBACK_MARK in thread[2][1]
+    assert thread[3] == ("assistant", ADA)
+
+
+async def test_a_schema_mismatch_is_fed_back_with_the_field_errors() -> None:
+    with (
+        FakeModel("fields", replies=['{"name": "Ada"}', ADA]) as fake,
+        agency.test_context(),
+    ):
+        assert await agency.llm("who?", model=fake.model, schema=Person) == Person(
+            name="Ada", age=36
+        )
+    assert "age" in contents(fake.calls[1])[2]
+
+
+async def test_retries_exhausted_raise_structured_output_error() -> None:
+    with (
+        FakeModel("bad", replies=["nope", '{"name": 1}']) as fake,
+        agency.test_context(),
+        pytest.raises(StructuredOutputError) as info,
+    ):
+        await agency.llm("who?", model=fake.model, schema=Person)
+    assert len(fake.calls) == 2  # the default is one validation retry
+    assert info.value.raw == '{"name": 1}'
+    assert isinstance(info.value.errors, list)
+    assert info.value.errors
+    assert all(isinstance(e, str) for e in info.value.errors)
+
+
+async def test_retries_zero_means_one_attempt() -> None:
+    with (
+        FakeModel("once", replies=["nope"]) as fake,
+        agency.test_context(),
+        pytest.raises(StructuredOutputError) as info,
+    ):
+        await agency.llm("who?", model=fake.model, schema=Person, retries=0)
+    assert len(fake.calls) == 1
+    assert info.value.raw == "nope"
+
+
+async def test_retries_two_allows_three_attempts() -> None:
+    with FakeModel("thrice", replies=["a", "b", ADA]) as fake, agency.test_context():
+        assert await agency.llm("who?", model=fake.model, schema=Person, retries=2) == Person(
+            name="Ada", age=36
+        )
+    assert len(fake.calls) == 3
+
+
+async def test_thread_option_is_isolated_from_the_active_thread() -> None:
+    with FakeModel("iso", replies=["private answer", "by object"]) as fake, agency.test_context():
+        agency.thread.user("on the active thread")
+        other = agency.thread.store().create()
+        assert await agency.llm("private", model=fake.model, thread=other) == "private answer"
+        assert roles_and_contents() == [("user", "on the active thread")]
+        isolated = agency.thread.store().get(other)
+        assert [(m.role, m.content) for m in isolated.get_messages()] == [
+            ("user", "private"),
+            ("assistant", "private answer"),
+        ]
+        # A MessageThread object works too.
+        await agency.llm("again", model=fake.model, thread=isolated)
+        assert len(isolated.get_messages()) == 4
+        assert roles_and_contents() == [("user", "on the active thread")]
+    # The isolated thread's history was sent, not the active one's.
+    assert contents(fake.calls[0]) == ["private"]
+
+
+async def test_thread_option_still_charges_the_run() -> None:
+    with FakeModel("iso-cost", replies=["x"]) as fake, agency.test_context():
+        other = agency.thread.store().create()
+        await agency.llm("private", model=fake.model, thread=other)
+        assert agency.ctx().cost == pytest.approx(cost_of(fake, fake.calls[0], "x"), abs=1e-12)
+
+
+async def test_model_override_lasts_one_call(store: MemoryStore) -> None:
+    with (
+        FakeModel("default", replies=["from default"]) as default,
+        FakeModel("override", replies=["from override"]) as override,
+    ):
+
+        async def entry() -> list[str]:
+            return [
+                await agency.llm("first", model=override.model),
+                await agency.llm("second"),
+            ]
+
+        result = await agency.run(entry, store=store, model=default.model)
+    assert result.status == "completed", result.error
+    assert result.value == ["from override", "from default"]
+    assert len(override.calls) == 1
+    assert len(default.calls) == 1
+    assert contents(default.calls[0])[-1] == "second"
+
+
+async def _model_answer(
+    store: MemoryStore, *, run_model: str | None, call_model: str | None
+) -> Any:
+    async def entry() -> str:
+        return await agency.llm("which model?", model=call_model)
+
+    return await agency.run(entry, store=store, model=run_model)
+
+
+async def test_model_precedence_per_call_beats_run_and_env(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with (
+        FakeModel("call", replies=["call"]) as call,
+        FakeModel("run", replies=["run"]) as run,
+        FakeModel("env", replies=["env"]) as env,
+    ):
+        monkeypatch.setenv("AGENCY_MODEL", env.model)
+        result = await _model_answer(store, run_model=run.model, call_model=call.model)
+    assert result.value == "call"
+    assert (len(call.calls), len(run.calls), len(env.calls)) == (1, 0, 0)
+
+
+async def test_model_precedence_run_beats_env(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with (
+        FakeModel("run", replies=["run"]) as run,
+        FakeModel("env", replies=["env"]) as env,
+    ):
+        monkeypatch.setenv("AGENCY_MODEL", env.model)
+        result = await _model_answer(store, run_model=run.model, call_model=None)
+    assert result.value == "run"
+    assert (len(run.calls), len(env.calls)) == (1, 0)
+
+
+async def test_model_precedence_env_is_the_fallback(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FakeModel("env", replies=["env", "env again"]) as env:
+        monkeypatch.setenv("AGENCY_MODEL", env.model)
+        result = await _model_answer(store, run_model=None, call_model=None)
+        assert result.value == "env"
+        with agency.test_context():  # a test frame reads AGENCY_MODEL too
+            assert await agency.llm("hi") == "env again"
+
+
+async def test_no_model_anywhere_is_a_clear_agency_error(store: MemoryStore) -> None:
+    with agency.test_context(), pytest.raises(AgencyError, match="AGENCY_MODEL") as info:
+        await agency.llm("hello")
+    assert "model" in str(info.value)
+    result = await _model_answer(store, run_model=None, call_model=None)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.type == "AgencyError"
+    assert "AGENCY_MODEL" in result.error.message
+
+
+async def test_llm_outside_a_frame_raises() -> None:
+    with pytest.raises(OutsideFrameError, match="llm"):
+        await agency.llm("hello", model="fake/echo")
+
+
+@pytest.mark.parametrize("prompt", ["", "   ", [], [""]], ids=["empty", "blank", "list", "list1"])
+@pytest.mark.parametrize("schema", [None, Person], ids=["text", "schema"])
+async def test_an_empty_prompt_returns_empty_with_no_side_effects(prompt: Any, schema: Any) -> None:
+    with FakeModel("unused", replies=[]) as fake, agency.test_context():
+        thread = agency.thread.current()
+        thread.queue_message("still queued")
+        assert await agency.llm(prompt, model=fake.model, schema=schema) == ""
+        assert thread.get_messages() == []
+        assert [q.content for q in thread.queued_messages] == ["still queued"]
+        assert agency.ctx().cost == 0
+        assert agency.ctx().tokens == 0
+    assert fake.calls == []
+
+
+async def test_an_empty_prompt_in_a_run_journals_nothing(store: MemoryStore) -> None:
+    with FakeModel("unused", replies=[]) as fake:
+
+        async def entry() -> str:
+            return await agency.llm("  ", model=fake.model, schema=Person)
+
+        result = await agency.run(entry, run_id="empty-prompt", store=store)
+    assert result.status == "completed"
+    assert result.value == ""
+    assert result.cost == 0
+    assert await agency.runs.journal("empty-prompt", store=store) == []
+    assert fake.calls == []
+
+
+# -- queued messages -------------------------------------------------------------------------------
+
+
+async def test_queued_messages_are_delivered_fifo_with_labels_before_the_prompt() -> None:
+    with FakeModel("queue", replies=["answer"]) as fake, agency.test_context():
+        thread = agency.thread.current()
+        thread.queue_message("first note", label="a")
+        thread.queue_message("assistant note", role="assistant", label="b")
+        thread.queue_message("third note")
+        await agency.llm("the prompt", model=fake.model)
+        messages = thread.get_messages()
+        assert [(m.role, m.content, m.label) for m in messages] == [
+            ("user", "first note", "a"),
+            ("assistant", "assistant note", "b"),
+            ("user", "third note", None),
+            ("user", "the prompt", None),
+            ("assistant", "answer", None),
+        ]
+        assert thread.queued_messages == []
+    sent = [(m["role"], m["content"]) for m in fake.calls[0].messages]
+    assert sent == [
+        ("user", "first note"),
+        ("assistant", "assistant note"),
+        ("user", "third note"),
+        ("user", "the prompt"),
+    ]
+
+
+async def test_queued_messages_are_delivered_only_once() -> None:
+    with FakeModel("once", replies=["one", "two"]) as fake, agency.test_context():
+        agency.thread.current().queue_message("note")
+        await agency.llm("first", model=fake.model)
+        await agency.llm("second", model=fake.model)
+    assert contents(fake.calls[1]) == ["note", "first", "one", "second"]
+
+
+async def test_queued_messages_are_not_redelivered_on_a_validation_retry() -> None:
+    with FakeModel("vq", replies=["garbage", ADA]) as fake, agency.test_context():
+        agency.thread.current().queue_message("queued note")
+        assert await agency.llm("who?", model=fake.model, schema=Person) == Person(
+            name="Ada", age=36
+        )
+    assert contents(fake.calls[0]) == ["queued note", "who?"]
+    assert contents(fake.calls[1]).count("queued note") == 1
+    assert contents(fake.calls[1])[:3] == ["queued note", "who?", "garbage"]
+
+
+async def test_another_threads_queue_is_never_sent() -> None:
+    with FakeModel("other", replies=["ok"]) as fake, agency.test_context():
+        other_id = agency.thread.store().create()
+        other = agency.thread.store().get(other_id)
+        other.queue_message("for the other thread")
+        await agency.llm("prompt", model=fake.model)
+        assert [q.content for q in other.queued_messages] == ["for the other thread"]
+        assert other.get_messages() == []
+    assert contents(fake.calls[0]) == ["prompt"]
+
+
+async def test_queued_messages_are_delivered_exactly_once_across_a_pause(
+    store: MemoryStore,
+) -> None:
+    with FakeModel("pause", replies=["first answer", "second answer"]) as fake:
+
+        async def entry() -> list[Any]:
+            agency.thread.current().queue_message("queued note", label="q")
+            first = await agency.llm("first", model=fake.model)
+            answer = await agency.interrupt("confirm", "go on?")
+            second = await agency.llm("second", model=fake.model)
+            messages = agency.thread.current().get_messages()
+            return [first, answer.value, second, [m.content for m in messages]]
+
+        paused = await agency.run(entry, run_id="queue-pause", store=store)
+        assert paused.status == "paused"
+        assert len(fake.calls) == 1
+        done = await agency.respond_to_interrupts(paused, [approve("yes")], store=store)
+    assert done.status == "completed", done.error
+    assert len(fake.calls) == 2
+    assert contents(fake.calls[0]).count("queued note") == 1
+    assert contents(fake.calls[1]).count("queued note") == 1
+    assert contents(fake.calls[1]) == ["queued note", "first", "first answer", "second"]
+    first, value, second, history = done.value
+    assert (first, value, second) == ("first answer", "yes", "second answer")
+    assert history == ["queued note", "first", "first answer", "second", "second answer"]
+
+
+# -- transient and permanent provider failures -----------------------------------------------------
+
+
+@pytest.mark.parametrize("failure", ["rate_limit", "timeout", "server", "connection"])
+async def test_transient_failures_are_retried(failure: Any) -> None:
+    with (
+        FakeModel("flaky", replies=["finally"], fail_times=2, failure=failure) as fake,
+        agency.test_context(),
+    ):
+        assert await agency.llm("hello", model=fake.model) == "finally"
+        # The prompt is pushed once, whatever the number of attempts.
+        assert roles_and_contents() == [("user", "hello"), ("assistant", "finally")]
+    assert len(fake.calls) == 3
+
+
+async def test_more_failures_than_attempts_raise_llm_call_error() -> None:
+    litellm = await load_litellm()
+    with (
+        FakeModel("down", replies=["never"], fail_times=10, failure="server") as fake,
+        agency.test_context(),
+    ):
+        with pytest.raises(LLMCallError) as info:
+            await agency.llm("hello", model=fake.model)
+        assert agency.ctx().cost == 0
+    assert len(fake.calls) == llm_module.TRANSIENT_ATTEMPTS
+    assert info.value.model == fake.model
+    assert info.value.attempts == llm_module.TRANSIENT_ATTEMPTS
+    assert isinstance(info.value.__cause__, litellm.InternalServerError)
+
+
+async def test_a_bad_request_is_not_retried() -> None:
+    litellm = await load_litellm()
+    with (
+        FakeModel("bad", replies=["never"], fail_times=1, failure="bad_request") as fake,
+        agency.test_context(),
+        pytest.raises(LLMCallError) as info,
+    ):
+        await agency.llm("hello", model=fake.model)
+    assert len(fake.calls) == 1
+    assert isinstance(info.value.__cause__, litellm.BadRequestError)
+
+
+async def test_an_exhausted_script_surfaces_as_llm_call_error_without_retries() -> None:
+    with (
+        FakeModel("empty", replies=[]) as fake,
+        agency.test_context(),
+        pytest.raises(LLMCallError, match="no reply left"),
+    ):
+        await agency.llm("hello", model=fake.model)
+    assert len(fake.calls) == 1
+
+
+# -- journaling ------------------------------------------------------------------------------------
+
+
+async def test_a_completed_call_is_not_repeated_on_replay(store: MemoryStore) -> None:
+    with FakeModel("journal", replies=["alpha", "beta"]) as fake:
+
+        async def entry() -> list[Any]:
+            first = await agency.llm("one", model=fake.model)
+            second = await agency.llm("two", model=fake.model)
+            answer = await agency.interrupt("confirm")
+            return [first, second, answer.value, agency.thread.current().get_messages()]
+
+        paused = await agency.run(entry, run_id="journaled", store=store)
+        assert paused.status == "paused"
+        assert len(fake.calls) == 2
+        spent = paused.cost
+        expected = cost_of(fake, fake.calls[0], "alpha") + cost_of(fake, fake.calls[1], "beta")
+        assert spent == pytest.approx(expected, abs=1e-12)
+        done = await agency.respond_to_interrupts(paused, [approve("ok")], store=store)
+    assert done.status == "completed", done.error
+    assert len(fake.calls) == 2
+    first, second, value, messages = done.value
+    assert (first, second, value) == ("alpha", "beta", "ok")
+    # The replayed calls restored the thread exactly once.
+    assert [m["content"] for m in messages] == ["one", "alpha", "two", "beta"]
+    assert done.cost == spent
+    assert done.tokens == paused.tokens
+    entries = await agency.runs.journal("journaled", store=store)
+    assert [e.name for e in entries] == ["agency.llm", "agency.llm"]
+
+
+async def test_a_replayed_structured_call_returns_the_model_type(store: MemoryStore) -> None:
+    with FakeModel("typed", replies=[ADA]) as fake:
+
+        async def entry() -> list[Any]:
+            person = await agency.llm("who?", model=fake.model, schema=Person)
+            assert isinstance(person, Person)
+            await agency.interrupt("confirm")
+            return [person.name, person.age]
+
+        paused = await agency.run(entry, run_id="typed", store=store)
+        done = await agency.respond_to_interrupts(paused, [approve()], store=store)
+    assert done.value == ["Ada", 36]
+    assert len(fake.calls) == 1
+
+
+# -- cancellation and time guards ------------------------------------------------------------------
+
+
+async def test_cancel_stops_an_in_flight_call(store: MemoryStore) -> None:
+    with FakeModel("slow", replies=["late"], latency=5) as fake:
+
+        async def entry() -> str:
+            async def cancel_soon() -> None:
+                await anyio.sleep(0.05)
+                agency.ctx().cancel("test")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_soon)
+                return await agency.llm("hello", model=fake.model)
+
+        started = time.monotonic()
+        result = await agency.run(entry, run_id="cancelled", store=store)
+        elapsed = time.monotonic() - started
+    assert result.status == "cancelled"
+    assert elapsed < 2
+    assert len(fake.calls) == 1
+    assert (await agency.runs.get("cancelled", store=store)).status == "cancelled"
+
+
+async def test_a_time_guard_stops_a_slow_call() -> None:
+    with FakeModel("slow", replies=["late"], latency=5) as fake, agency.test_context():
+        started = time.monotonic()
+        with pytest.raises(GuardExceededError) as info:
+            async with agency.time_guard(0.05):
+                await agency.llm("hello", model=fake.model)
+        elapsed = time.monotonic() - started
+    assert info.value.type == "time"
+    assert info.value.limit == 0.05
+    assert elapsed < 2
+
+
+# -- preload ---------------------------------------------------------------------------------------
+
+
+def test_preload_wait_leaves_litellm_loaded() -> None:
+    agency.preload(wait=True)
+    assert litellm_module() is not None
+    agency.preload()  # idempotent once loaded
+    assert litellm_module() is not None
