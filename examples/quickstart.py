@@ -2,17 +2,19 @@
 
 Run it with ``python3 examples/quickstart.py``. It shows:
 
-* an agent entry running inside a frame: it reads the run context, writes the conversation
-  to its message thread and bills its (simulated) spend;
+* an agent entry running inside a frame: it asks the model for a structured answer with
+  ``agency.llm`` (the prompt and the answer land on the run's thread, the call's cost is
+  billed to the run);
 * run ids as idempotency keys: the same ticket run twice executes once;
 * a failure kept in the store, then retried under the same run id until it completes;
 * a workflow of journaled steps that pauses for a human's approval and then completes
   without running its completed steps again;
 * the store's admin view of what happened.
 
-The store is ``AGENCY_STORE`` when set, else ``sqlite:///./.agency/agency.db``. LLM calls
-(``agency.llm``) and the offline fake model arrive with the LLM release; this agent answers
-with rules so that it runs anywhere, with no keys and no network.
+The store is ``AGENCY_STORE`` when set, else ``sqlite:///./.agency/agency.db``. The model is
+``AGENCY_MODEL`` when set (any litellm model name, with its provider's API key in the
+environment), else an offline fake support model from ``agency_runtime.testing``, so the
+example runs anywhere with no keys and no network.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from typing import Literal
 
 import anyio
 from pydantic import BaseModel
 
 from agency_runtime import ResumableScope, RunResult, agency, approve
+from agency_runtime.testing import FakeModel, FakeRequest
 
 FLAKY_ATTEMPTS: dict[str, int] = {}
 
@@ -44,6 +48,13 @@ class Answer(BaseModel):
     messages_in_thread: int
 
 
+class Reply(BaseModel):
+    """The structured answer the model is asked for."""
+
+    category: Literal["refund", "password", "invoice", "other"]
+    reply: str
+
+
 RULES = {
     "refund": "I've opened a refund request; you'll hear from billing within two days.",
     "password": "Use 'Forgot password' on the sign-in page; the link is valid for an hour.",
@@ -51,7 +62,21 @@ RULES = {
 }
 
 
-def support_agent(ticket: Ticket, flaky: bool = False) -> Answer:
+def offline_support_model(request: FakeRequest) -> dict[str, str]:
+    """The offline stand-in for a real model: answers a support ticket by keywords."""
+    text = str(request.messages[-1]["content"]).lower()
+    category = next((word for word in RULES if word in text), "other")
+    return {
+        "category": category,
+        "reply": RULES.get(category, "Thanks! A human colleague will get back to you today."),
+    }
+
+
+SUPPORT_MODEL = FakeModel("support", function=offline_support_model).register()
+MODEL = os.environ.get("AGENCY_MODEL") or SUPPORT_MODEL.model
+
+
+async def support_agent(ticket: Ticket, flaky: bool = False) -> Answer:
     """Classify a ticket, answer it, and keep the conversation in the run's thread."""
     run_id = agency.ctx().run_id or ""
     if flaky:
@@ -60,15 +85,13 @@ def support_agent(ticket: Ticket, flaky: bool = False) -> Answer:
         if FLAKY_ATTEMPTS[run_id] == 1:
             agency.add_cost(0.0004)  # the failed attempt still cost money
             raise ConnectionError("the ticket system timed out (simulated)")
-    agency.thread.system("You are a concise, friendly support agent.")
-    agency.thread.user(f"{ticket.customer}: {ticket.text}")
-    category = next((word for word in RULES if word in ticket.text.lower()), "other")
-    reply = RULES.get(category, "Thanks! A human colleague will get back to you today.")
-    agency.thread.assistant(reply)
-    agency.add_cost(0.0012)  # what a model call would have cost
-    agency.add_tokens(96)
+    agency.thread.system(
+        "You are a concise, friendly support agent. Classify the customer's ticket as "
+        "refund, password, invoice or other, and write a one-sentence reply."
+    )
+    answer = await agency.llm(f"{ticket.customer} writes: {ticket.text}", schema=Reply)
     messages = len(agency.thread.current().get_messages())
-    return Answer(category=category, reply=reply, messages_in_thread=messages)
+    return Answer(category=answer.category, reply=answer.reply, messages_in_thread=messages)
 
 
 STEP_RUNS: dict[str, int] = {}
@@ -111,7 +134,7 @@ async def refund_workflow(customer: str, amount: float) -> Answer:
 def show(label: str, result: RunResult) -> None:
     """Print one run's outcome on a line or two."""
     origin = "from the store" if result.replayed else "executed"
-    print(f"  {label:<26} {result.status:<9} ({origin}, ${result.cost:.4f}, {result.tokens} tok)")
+    print(f"  {label:<26} {result.status:<9} ({origin}, ${result.cost:.6f}, {result.tokens} tok)")
     if result.ok:
         print(f"      → [{result.value.category}] {result.value.reply}")
     elif result.error is not None:
@@ -121,7 +144,7 @@ def show(label: str, result: RunResult) -> None:
 async def main() -> int:
     store = os.environ.get("AGENCY_STORE", "sqlite:///./.agency/agency.db")
     session = uuid.uuid4().hex[:8]
-    print(f"agency-runtime quickstart — store: {store}\n")
+    print(f"agency-runtime quickstart — store: {store}, model: {MODEL}\n")
 
     print("1. Two tickets, each a durable run:")
     tickets = {
@@ -129,18 +152,20 @@ async def main() -> int:
         f"ticket-{session}-2": Ticket(customer="bob", text="I forgot my password"),
     }
     for run_id, ticket in tickets.items():
-        show(run_id, await agency.run(support_agent, ticket, run_id=run_id, store=store))
+        show(
+            run_id, await agency.run(support_agent, ticket, run_id=run_id, store=store, model=MODEL)
+        )
 
     print("\n2. The same ticket again (a redelivered webhook, say): nothing re-runs:")
     run_id, ticket = next(iter(tickets.items()))
-    show(run_id, await agency.run(support_agent, ticket, run_id=run_id, store=store))
+    show(run_id, await agency.run(support_agent, ticket, run_id=run_id, store=store, model=MODEL))
 
     print("\n3. A run that fails, then is retried under the same run id:")
     flaky_id = f"ticket-{session}-3"
     flaky_ticket = Ticket(customer="cy", text="Where is my invoice?")
     for _ in range(2):
         result = await agency.run(
-            support_agent, flaky_ticket, flaky=True, run_id=flaky_id, store=store
+            support_agent, flaky_ticket, flaky=True, run_id=flaky_id, store=store, model=MODEL
         )
         show(flaky_id, result)
 
