@@ -1,0 +1,53 @@
+"""pytest fixtures for code built on agency_runtime (loaded automatically by pytest).
+
+* ``agency_store`` — a fresh in-memory :class:`~agency_runtime.MemoryStore` per test;
+* ``agency_frame`` — a test frame (``agency.test_context()``) around the test, so
+  ``agency.*`` members work in plain unit tests;
+* ``agency_fake_model`` — a factory of offline :class:`~agency_runtime.testing.FakeModel`
+  instances, registered for the test and removed after it.
+
+Nothing here imports litellm; the fake models register with it when it is first loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from ._facade import agency
+from ._frame import Frame
+from ._store import MemoryStore
+
+__all__ = ["agency_fake_model", "agency_frame", "agency_store"]
+
+
+@pytest.fixture
+def agency_store() -> MemoryStore:
+    """A private, empty in-memory store."""
+    return MemoryStore()
+
+
+@pytest.fixture
+def agency_frame() -> Iterator[Frame]:
+    """An ``agency.test_context()`` frame for the duration of the test."""
+    with agency.test_context() as frame:
+        yield frame
+
+
+@pytest.fixture
+def agency_fake_model() -> Iterator[Callable[..., Any]]:
+    """``agency_fake_model(name, replies=[...], ...)`` → a registered ``FakeModel``."""
+    from .testing import FakeModel
+
+    made: list[Any] = []
+
+    def make(name: str = "scripted", **options: Any) -> Any:
+        model = FakeModel(name, **options).register()
+        made.append(model)
+        return model
+
+    yield make
+    for model in made:
+        model.unregister()
