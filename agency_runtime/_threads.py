@@ -15,7 +15,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ._errors import InvalidArgumentError
 
@@ -96,6 +96,10 @@ class MessageThread(BaseModel):
     repairs: int = 0
     queued_messages: list[QueuedMessage] = Field(default_factory=list)
 
+    _llm_source: list[Message] | None = PrivateAttr(default=None)
+    _llm_built: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _llm_last: Message | None = PrivateAttr(default=None)
+
     @property
     def slug(self) -> str:
         """The public id of this thread, ``"t<id>"``."""
@@ -161,8 +165,26 @@ class MessageThread(BaseModel):
         return queued
 
     def to_llm_messages(self) -> list[dict[str, Any]]:
-        """The thread as the ``messages`` list an LLM provider expects."""
-        return [message.to_llm() for message in self.messages]
+        """The thread as the ``messages`` list an LLM provider expects (fresh dicts).
+
+        Dicts of messages seen before are kept and copied, so a long thread costs little
+        per call; the cache starts over whenever the list was replaced or shrunk.
+        """
+        messages = self.messages
+        source, built = self._llm_source, self._llm_built
+        count = len(built)
+        if (
+            source is not messages
+            or count > len(messages)
+            or (count and messages[count - 1] is not self._llm_last)
+        ):
+            self._llm_source, built, count = messages, [], 0
+            self._llm_built = built
+        for message in messages[count:]:
+            built.append(message.to_llm())
+        if messages:
+            self._llm_last = messages[-1]
+        return [dict(item) for item in built]
 
 
 def _check_content(content: object, what: str) -> None:

@@ -626,3 +626,22 @@ def test_empty_store_json_round_trip() -> None:
     assert len(restored) == 0
     assert restored.active() is None
     assert restored.create() == "0"
+
+
+def test_llm_messages_follow_every_change_to_the_thread() -> None:
+    thread = MessageThread(id="0")
+    thread.add("user", "one")
+    first = thread.to_llm_messages()
+    first[0]["content"] = "mutated by a provider"  # callers get copies
+    thread.add("assistant", "two")
+    assert thread.to_llm_messages() == [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"},
+    ]
+    thread.messages = thread.messages[:1]  # replaced
+    assert thread.to_llm_messages() == [{"role": "user", "content": "one"}]
+    thread.messages.append(Message(role="user", content="three"))  # appended directly
+    thread.messages[-1] = Message(role="user", content="four")  # last one replaced
+    assert [m["content"] for m in thread.to_llm_messages()] == ["one", "four"]
+    del thread.messages[1:]  # shrunk in place
+    assert [m["content"] for m in thread.to_llm_messages()] == ["one"]
