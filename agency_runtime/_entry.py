@@ -10,7 +10,7 @@ import os
 import sys
 import typing
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
@@ -120,18 +120,42 @@ def encode_value(value: Any, *, what: str) -> str:
         ) from exc
 
 
-def return_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
-    """A TypeAdapter for ``fn``'s return annotation, or ``None`` when it has none usable."""
+_ADAPTERS: dict[object, TypeAdapter[Any] | None] = {}
+
+
+def return_adapter(fn: Callable[..., Any], returns: Any = None) -> TypeAdapter[Any] | None:
+    """A TypeAdapter for ``returns``, else ``fn``'s return annotation (cached per function).
+
+    ``None`` when there is nothing usable to validate into (no annotation, ``Any``,
+    ``None``, or a type pydantic cannot validate). An ``Awaitable[T]`` annotation gives ``T``.
+    """
+    key: object = ("returns", returns) if returns is not None else getattr(fn, "__code__", fn)
     try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # unresolved forward references, builtins, callable objects
-        return None
-    annotation = hints.get("return", inspect.Signature.empty)
-    if annotation in (inspect.Signature.empty, Any, None, type(None), object):
+        return _ADAPTERS[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable callable or type
+        return _build_adapter(fn, returns)
+    adapter = _ADAPTERS[key] = _build_adapter(fn, returns)
+    return adapter
+
+
+def _build_adapter(fn: Callable[..., Any], returns: Any) -> TypeAdapter[Any] | None:
+    annotation = returns
+    if annotation is None:
+        try:
+            annotation = typing.get_type_hints(fn).get("return")
+        except Exception:  # unresolvable forward references, builtins, callable objects
+            return None
+        origin = typing.get_origin(annotation)
+        awaited = inspect.isclass(origin) and issubclass(origin, Awaitable)
+        if origin is not None and (origin in (Awaitable, typing.Coroutine) or awaited):
+            annotation = typing.get_args(annotation)[-1]
+    if annotation in (None, type(None), Any, object, inspect.Signature.empty):
         return None
     try:
         return TypeAdapter(annotation)
-    except Exception:  # an annotation pydantic cannot build a validator for
+    except Exception:  # an annotation pydantic cannot validate
         return None
 
 

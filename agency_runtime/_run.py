@@ -185,7 +185,7 @@ async def drive(
         if finished is not None:
             return _result_from_record(finished, entry)
         delay = min(delay * 2, _WAIT_MAX)
-    return await _execute(store, claim.record, owner, entry, args, kwargs)
+    return await _execute(store, claim.record, owner, entry, args, kwargs, fresh=claim.created)
 
 
 async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord | None:
@@ -225,6 +225,8 @@ async def _execute(
     entry: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    *,
+    fresh: bool = False,
 ) -> RunResult:
     ctx = RuntimeContext(record.run_id, model=record.model)
     ctx.charge(pico=record.cost_pico, tokens=record.tokens)
@@ -238,7 +240,7 @@ async def _execute(
     async with anyio.create_task_group() as renewals:
         renewals.start_soon(_renew_lease, store, record.run_id, owner)
         try:
-            journal = await _open_journal(store, record, owner, ctx)
+            journal = await _open_journal(store, record, owner, ctx, fresh=fresh)
             if record.overrides is not None:
                 args, kwargs = decode_arguments(entry, record.overrides)
             while True:
@@ -313,10 +315,13 @@ async def _execute(
 
 
 async def _open_journal(
-    store: Store, record: RunRecord, owner: str, ctx: RuntimeContext
+    store: Store, record: RunRecord, owner: str, ctx: RuntimeContext, *, fresh: bool
 ) -> RunJournal:
-    """The run's journal (cached if this process paused it), hung on ``ctx``."""
-    journal = paused_journals.take(store, record.run_id, record.version)
+    """The run's journal (empty for a run created by this claim, cached if this process
+    paused it, else loaded), hung on ``ctx``."""
+    journal = RunJournal(record.run_id, store, owner) if fresh else None
+    if journal is None:
+        journal = paused_journals.take(store, record.run_id, record.version)
     if journal is None:
         journal = RunJournal(record.run_id, store, owner, await store.load_journal(record.run_id))
     journal.owner = owner

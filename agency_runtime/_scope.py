@@ -17,15 +17,15 @@ from __future__ import annotations
 import inspect
 import sys
 import time
-import typing
 from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._effects import replay_changes
+from ._entry import return_adapter
 from ._errors import (
     InvalidArgumentError,
     JournalCorruptError,
@@ -57,44 +57,6 @@ class ResumableScopeOpts(BaseModel):
 async def _ready(value: Any) -> Any:
     """An already-decided step result, as a coroutine (so create_task / start_soon take it)."""
     return value
-
-
-_ADAPTERS: dict[object, TypeAdapter[Any] | None] = {}
-
-
-def _adapter_for(fn: Callable[..., Any], returns: Any) -> TypeAdapter[Any] | None:
-    """A TypeAdapter for ``returns`` or ``fn``'s return annotation (cached per function)."""
-    if returns is not None:
-        key: object = ("returns", returns)
-    else:
-        key = getattr(fn, "__code__", None) or fn
-    try:
-        return _ADAPTERS[key]
-    except KeyError:
-        pass
-    except TypeError:  # unhashable callable
-        return _build_adapter(fn, returns)
-    adapter = _ADAPTERS[key] = _build_adapter(fn, returns)
-    return adapter
-
-
-def _build_adapter(fn: Callable[..., Any], returns: Any) -> TypeAdapter[Any] | None:
-    annotation = returns
-    if annotation is None:
-        try:
-            annotation = typing.get_type_hints(fn).get("return")
-        except Exception:  # unresolvable forward references, builtins, callable objects
-            return None
-        origin = typing.get_origin(annotation)
-        awaited = inspect.isclass(origin) and issubclass(origin, Awaitable)
-        if origin is not None and (origin in (Awaitable, typing.Coroutine) or awaited):
-            annotation = typing.get_args(annotation)[-1]
-    if annotation in (None, type(None), Any, object, inspect.Signature.empty):
-        return None
-    try:
-        return TypeAdapter(annotation)
-    except Exception:  # an annotation pydantic cannot validate
-        return None
 
 
 def _where(frame: FrameType) -> str:
@@ -211,7 +173,7 @@ class ResumableScope:
             if entry.deltas:
                 changes: list[ThreadChange] = from_json(entry.deltas)
                 replay_changes(current_frame("ResumableScope.step()"), changes)
-            adapter = _adapter_for(fn, returns)
+            adapter = return_adapter(fn, returns)
             if adapter is not None:
                 return adapter.validate_json(entry.result)
             return from_json(entry.result)
@@ -257,7 +219,7 @@ class ResumableScope:
                 f"{self._journal.run_id!r} returned a {type(result).__name__}, which cannot "
                 f"be journaled as JSON ({exc}); return JSON data or a pydantic model"
             ) from exc
-        adapter = _adapter_for(fn, returns)
+        adapter = return_adapter(fn, returns)
         value = from_json(result_json) if adapter is None else adapter.validate_json(result_json)
         journal = self._journal
         ctx = frame.ctx

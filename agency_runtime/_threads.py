@@ -97,7 +97,7 @@ class MessageThread(BaseModel):
     queued_messages: list[QueuedMessage] = Field(default_factory=list)
 
     _llm_source: list[Message] | None = PrivateAttr(default=None)
-    _llm_built: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+    _llm_built: list[dict[str, Any]] | None = PrivateAttr(default=None)
     _llm_last: Message | None = PrivateAttr(default=None)
 
     @property
@@ -172,9 +172,10 @@ class MessageThread(BaseModel):
         """
         messages = self.messages
         source, built = self._llm_source, self._llm_built
-        count = len(built)
+        count = 0 if built is None else len(built)
         if (
-            source is not messages
+            built is None
+            or source is not messages
             or count > len(messages)
             or (count and messages[count - 1] is not self._llm_last)
         ):

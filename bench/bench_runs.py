@@ -6,16 +6,14 @@
 * a whole run: ``agency.run`` of a trivial entry on a SqliteStore (claim, frame, lease
   renewal task, outcome commit);
 * idempotent re-call: ``agency.run`` with the id of a completed run (one read, no execution);
-* import: ``import agency_runtime, turn_kit`` in a fresh interpreter, over a bare one.
+
+The import cost is measured by bench_llm.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import sqlite3
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -50,15 +48,6 @@ async def timed(n: int, call: Callable[[int], Awaitable[object]]) -> float:
     return (time.perf_counter() - started) / n
 
 
-def import_seconds(statement: str, repeat: int = 5) -> float:
-    samples = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", statement], check=True)
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
-
-
 async def main(n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw = raw_commits(Path(tmp) / "raw.db", n)
@@ -66,8 +55,6 @@ async def main(n: int) -> None:
         whole = await timed(n, lambda i: agency.run(trivial, i, run_id=f"r{i}", store=store))
         recall = await timed(n, lambda i: agency.run(trivial, i, run_id=f"r{i}", store=store))
         store.close()
-    bare = import_seconds("pass")
-    ours = import_seconds("import agency_runtime, turn_kit")
 
     print(f"{'measure':<44}{'per op':>12}{'ratio':>12}")
     for label, seconds in [
@@ -76,7 +63,6 @@ async def main(n: int) -> None:
         ("idempotent re-call of a completed run", recall),
     ]:
         print(f"{label:<44}{seconds * 1e6:>10.1f}µs{seconds / raw:>11.1f}x")
-    print(f"{'import agency_runtime, turn_kit (over bare)':<44}{(ours - bare) * 1e3:>10.1f}ms")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ def resolve_store(store: str | Store | None = None) -> Store:
         store = os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
     if isinstance(store, str):
         return open_store(store)
+    if type(store) in (MemoryStore, SqliteStore):  # the common case: skip the slow protocol check
+        return store
     if isinstance(store, Store):
         return store
     raise InvalidArgumentError(
