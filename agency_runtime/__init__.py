@@ -40,7 +40,14 @@ from ._frame import CallsiteLocation, Frame
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
 from ._locks import HeldLock
-from ._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
+from ._records import (
+    Checkpoint,
+    InterruptAnswer,
+    InterruptResponse,
+    Journal,
+    JournalEntry,
+    MemoryRecord,
+)
 from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._scope import ResumableScope, ResumableScopeOpts
 from ._store import DEFAULT_STORE_URL, MemoryStore, RunRecord, SqliteStore, Store, open_store
@@ -86,6 +93,7 @@ __all__ = [
     "LLMCallError",
     "LockReentryError",
     "LockTimeoutError",
+    "MemoryRecord",
     "MemoryStore",
     "Message",
     "MessageThread",

@@ -13,7 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ._results import Interrupt
 
-__all__ = ["Checkpoint", "InterruptAnswer", "InterruptResponse", "Journal", "JournalEntry"]
+__all__ = [
+    "Checkpoint",
+    "InterruptAnswer",
+    "InterruptResponse",
+    "Journal",
+    "JournalEntry",
+    "MemoryRecord",
+]
 
 
 class InterruptResponse(BaseModel):
@@ -123,3 +130,17 @@ class Journal(BaseModel):
             + [a.seq for a in self.answers]
             + [c.seq for c in self.checkpoints]
         )
+
+
+class MemoryRecord(BaseModel):
+    """One remembered item of conversation memory, as stored."""
+
+    model_config = ConfigDict()
+
+    id: str
+    namespace: str
+    content: str
+    tags: list[str] = Field(default_factory=list)
+    scope: str = "workspace"
+    created_at: float = Field(default_factory=time.time)
+    expires_at: float | None = None

@@ -11,12 +11,20 @@ expire takes the run over.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
+from .._records import (
+    Checkpoint,
+    InterruptAnswer,
+    InterruptResponse,
+    Journal,
+    JournalEntry,
+    MemoryRecord,
+)
 from .._results import FINAL_STATUSES, ErrorInfo, Interrupt, RunStatus
 
 __all__ = [
@@ -29,6 +37,7 @@ __all__ = [
     "RunRecord",
     "Store",
     "claim_decision",
+    "query_terms",
 ]
 
 
@@ -103,6 +112,17 @@ class Claim(BaseModel):
     acquired: bool = Field(description="True when the caller now holds the run's lease.")
     created: bool = Field(description="True when the run did not exist before this claim.")
     record: RunRecord = Field(description="The run as it is after the claim.")
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def query_terms(text: str) -> list[str]:
+    """The distinct lower-case words of ``text``, in order (what keyword search matches)."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        seen.setdefault(word, None)
+    return list(seen)
 
 
 def claim_decision(existing: RunRecord | None, now: float, steal_from: str | None = None) -> str:
@@ -223,6 +243,41 @@ class Store(Protocol):
 
     async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
         """Copy a run and its journal up to position ``upto_seq`` under a new id (paused)."""
+        ...
+
+    # -- memory ----------------------------------------------------------------------------
+
+    async def save_memory(self, record: MemoryRecord) -> None:
+        """Store one conversation-memory item (its id is unique)."""
+        ...
+
+    async def recall_memory(
+        self,
+        *,
+        namespace: str,
+        query: str,
+        tags: list[str],
+        scope: str | None,
+        limit: int,
+        now: float,
+    ) -> list[MemoryRecord]:
+        """Up to ``limit`` live items of ``namespace`` carrying every tag (and ``scope``).
+
+        The best keyword matches of ``query`` (full-text rank) when any item matches, else
+        the most recent items; returned newest first. Items expired at ``now`` never return.
+        """
+        ...
+
+    async def purge_memory(self, *, now: float) -> int:
+        """Delete every item expired at ``now``; return how many."""
+        ...
+
+    async def get_document(self, namespace: str, key: str) -> str | None:
+        """A stored JSON document (agent memory graphs, summaries, …), or ``None``."""
+        ...
+
+    async def put_document(self, namespace: str, key: str, body: str) -> None:
+        """Store (or replace) a JSON document."""
         ...
 
     def close(self) -> None:

@@ -7,9 +7,16 @@ import time
 from typing import ClassVar
 
 from .._errors import RunNotFoundError
-from .._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
+from .._records import (
+    Checkpoint,
+    InterruptAnswer,
+    InterruptResponse,
+    Journal,
+    JournalEntry,
+    MemoryRecord,
+)
 from .._results import RunStatus
-from ._base import Claim, RunRecord, claim_decision
+from ._base import Claim, RunRecord, claim_decision, query_terms
 
 __all__ = ["MemoryStore"]
 
@@ -237,6 +244,67 @@ class MemoryStore:
                 }
                 table[new_run_id] = copied  # type: ignore[assignment]
             return forked.model_copy(deep=True)
+
+    # -- memory ------------------------------------------------------------------------------
+
+    _memories: dict[str, MemoryRecord] | None = None
+    _documents: dict[tuple[str, str], str] | None = None
+
+    async def save_memory(self, record: MemoryRecord) -> None:
+        with self._lock:
+            if self._memories is None:
+                self._memories = {}
+            self._memories[record.id] = record.model_copy(deep=True)
+
+    async def recall_memory(
+        self,
+        *,
+        namespace: str,
+        query: str,
+        tags: list[str],
+        scope: str | None,
+        limit: int,
+        now: float,
+    ) -> list[MemoryRecord]:
+        with self._lock:
+            items = [
+                item
+                for item in (self._memories or {}).values()
+                if item.namespace == namespace
+                and (item.expires_at is None or item.expires_at > now)
+                and (scope is None or item.scope == scope)
+                and all(tag in item.tags for tag in tags)
+            ]
+        terms = query_terms(query)
+        scored = [(sum(term in set(query_terms(i.content)) for term in terms), i) for i in items]
+        matched = [(score, item) for score, item in scored if score > 0]
+        if matched:
+            matched.sort(key=lambda pair: (-pair[0], -pair[1].created_at))
+            chosen = [item for _, item in matched[:limit]]
+        else:
+            chosen = sorted(items, key=lambda i: -i.created_at)[:limit]
+        chosen.sort(key=lambda i: -i.created_at)
+        return [item.model_copy(deep=True) for item in chosen]
+
+    async def purge_memory(self, *, now: float) -> int:
+        with self._lock:
+            memories = self._memories or {}
+            expired = [
+                k for k, v in memories.items() if v.expires_at is not None and v.expires_at <= now
+            ]
+            for key in expired:
+                del memories[key]
+            return len(expired)
+
+    async def get_document(self, namespace: str, key: str) -> str | None:
+        with self._lock:
+            return (self._documents or {}).get((namespace, key))
+
+    async def put_document(self, namespace: str, key: str, body: str) -> None:
+        with self._lock:
+            if self._documents is None:
+                self._documents = {}
+            self._documents[(namespace, key)] = body
 
     def close(self) -> None:
         """Nothing to release: a memory store lives as long as the process."""

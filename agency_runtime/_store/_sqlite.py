@@ -17,11 +17,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import TypeAdapter
+from pydantic_core import from_json, to_json
 
 from .._errors import RunNotFoundError, StoreError, StoreSchemaError, StoreUnavailableError
-from .._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
+from .._records import (
+    Checkpoint,
+    InterruptAnswer,
+    InterruptResponse,
+    Journal,
+    JournalEntry,
+    MemoryRecord,
+)
 from .._results import ErrorInfo, Interrupt, RunStatus
-from ._base import Claim, RunRecord, claim_decision
+from ._base import Claim, RunRecord, claim_decision, query_terms
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -92,6 +100,30 @@ CREATE TABLE IF NOT EXISTS locks (
     expires_at REAL NOT NULL
 ) STRICT;
 CREATE INDEX IF NOT EXISTS locks_by_name ON locks (name, ticket);
+CREATE TABLE IF NOT EXISTS memory_items (
+    id         TEXT NOT NULL UNIQUE,
+    namespace  TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    tags       TEXT NOT NULL,
+    scope      TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL
+) STRICT;
+CREATE INDEX IF NOT EXISTS memory_items_by_time ON memory_items (namespace, created_at);
+CREATE INDEX IF NOT EXISTS memory_items_by_expiry ON memory_items (expires_at)
+    WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS memory_tags (
+    tag     TEXT NOT NULL,
+    item    INTEGER NOT NULL,
+    PRIMARY KEY (tag, item)
+) STRICT, WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (content);
+CREATE TABLE IF NOT EXISTS documents (
+    namespace TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    body      TEXT NOT NULL,
+    PRIMARY KEY (namespace, key)
+) STRICT;
 """
 
 _COLUMNS = (
@@ -570,6 +602,109 @@ class SqliteStore:
                     (new_run_id, cid, seq, moved.model_dump_json()),
                 )
             return forked
+
+    # -- memory -------------------------------------------------------------------------------
+
+    async def save_memory(self, record: MemoryRecord) -> None:
+        with self._db(f"save memory {record.id!r}", write=True) as conn:
+            rowid = conn.execute(
+                "INSERT INTO memory_items (id, namespace, content, tags, scope, created_at, "
+                "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.id,
+                    record.namespace,
+                    record.content,
+                    to_json(record.tags).decode(),
+                    record.scope,
+                    record.created_at,
+                    record.expires_at,
+                ),
+            ).lastrowid
+            conn.execute(
+                "INSERT INTO memory_fts (rowid, content) VALUES (?, ?)", (rowid, record.content)
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO memory_tags (tag, item) VALUES (?, ?)",
+                [(tag, rowid) for tag in record.tags],
+            )
+
+    async def recall_memory(
+        self,
+        *,
+        namespace: str,
+        query: str,
+        tags: list[str],
+        scope: str | None,
+        limit: int,
+        now: float,
+    ) -> list[MemoryRecord]:
+        where = ["m.namespace = ?", "(m.expires_at IS NULL OR m.expires_at > ?)"]
+        params: list[Any] = [namespace, now]
+        if scope is not None:
+            where.append("m.scope = ?")
+            params.append(scope)
+        for tag in dict.fromkeys(tags):
+            where.append(
+                "EXISTS (SELECT 1 FROM memory_tags t WHERE t.tag = ? AND t.item = m.rowid)"
+            )
+            params.append(tag)
+        columns = "m.id, m.namespace, m.content, m.tags, m.scope, m.created_at, m.expires_at"
+        terms = query_terms(query)
+        with self._db("recall memory") as conn:
+            rows = []
+            if terms:
+                match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+                rows = conn.execute(
+                    f"SELECT {columns} FROM memory_fts f JOIN memory_items m ON m.rowid = f.rowid "
+                    f"WHERE memory_fts MATCH ? AND {' AND '.join(where)} "
+                    "ORDER BY bm25(memory_fts), m.created_at DESC LIMIT ?",
+                    (match, *params, limit),
+                ).fetchall()
+            if not rows:
+                rows = conn.execute(
+                    f"SELECT {columns} FROM memory_items m WHERE {' AND '.join(where)} "
+                    "ORDER BY m.created_at DESC, m.rowid DESC LIMIT ?",
+                    (*params, limit),
+                ).fetchall()
+        records = [
+            MemoryRecord(
+                id=row[0], namespace=row[1], content=row[2], tags=from_json(row[3]),
+                scope=row[4], created_at=row[5], expires_at=row[6],
+            )
+            for row in rows
+        ]  # fmt: skip
+        records.sort(key=lambda r: -r.created_at)
+        return records
+
+    async def purge_memory(self, *, now: float) -> int:
+        with self._db("purge expired memory", write=True) as conn:
+            expired = [
+                rowid
+                for (rowid,) in conn.execute(
+                    "SELECT rowid FROM memory_items "
+                    "WHERE expires_at IS NOT NULL AND expires_at <= ?",
+                    (now,),
+                )
+            ]
+            for rowid in expired:
+                conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+                conn.execute("DELETE FROM memory_tags WHERE item = ?", (rowid,))
+                conn.execute("DELETE FROM memory_items WHERE rowid = ?", (rowid,))
+            return len(expired)
+
+    async def get_document(self, namespace: str, key: str) -> str | None:
+        with self._db(f"read document {namespace}/{key}") as conn:
+            row = conn.execute(
+                "SELECT body FROM documents WHERE namespace = ? AND key = ?", (namespace, key)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    async def put_document(self, namespace: str, key: str, body: str) -> None:
+        with self._db(f"write document {namespace}/{key}") as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO documents (namespace, key, body) VALUES (?, ?, ?)",
+                (namespace, key, body),
+            )
 
     def close(self) -> None:
         """Close the connection (idempotent); the file stays."""

@@ -6,6 +6,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -315,3 +316,62 @@ async def test_a_large_wal_is_truncated_when_a_run_finishes(
         assert wal.stat().st_size == 0
     finally:
         store.close()
+
+
+# -- memory items and documents (every store) ------------------------------------------------
+
+
+def memory(item_id: str, content: str, tags: list[str], at: float, **extra: object) -> Any:
+    from agency_runtime import MemoryRecord
+
+    return MemoryRecord(
+        id=item_id, namespace="ns", content=content, tags=tags, created_at=at, **extra
+    )  # type: ignore[arg-type]
+
+
+async def test_memory_recall_matches_every_tag_ranks_by_keywords_and_lists_newest_first(
+    store: Store,
+) -> None:
+    await store.save_memory(memory("a", "the invoice for March", ["c1"], 1.0))
+    await store.save_memory(memory("b", "weather talk", ["c1"], 2.0))
+    await store.save_memory(memory("c", "invoice again, invoice", ["c1", "vip"], 3.0))
+    await store.save_memory(memory("d", "invoice of another chat", ["c2"], 4.0))
+    found = await store.recall_memory(
+        namespace="ns", query="invoice", tags=["c1"], scope=None, limit=2, now=10.0
+    )
+    assert [m.id for m in found] == ["c", "a"]  # the two keyword matches, newest first
+    recent = await store.recall_memory(
+        namespace="ns", query="nothing matches", tags=["c1"], scope=None, limit=2, now=10.0
+    )
+    assert [m.id for m in recent] == ["c", "b"]  # no match: the most recent ones
+    both = await store.recall_memory(
+        namespace="ns", query="", tags=["c1", "vip"], scope=None, limit=8, now=10.0
+    )
+    assert [m.id for m in both] == ["c"]
+    assert (
+        await store.recall_memory(
+            namespace="other", query="", tags=[], scope=None, limit=8, now=10.0
+        )
+        == []
+    )
+
+
+async def test_expired_memory_never_returns_and_is_purged(store: Store) -> None:
+    await store.save_memory(memory("old", "short lived", ["t"], 1.0, expires_at=5.0))
+    await store.save_memory(memory("new", "long lived", ["t"], 2.0, scope="session"))
+    live = await store.recall_memory(
+        namespace="ns", query="lived", tags=["t"], scope=None, limit=8, now=6.0
+    )
+    assert [m.id for m in live] == ["new"]
+    assert await store.recall_memory(
+        namespace="ns", query="", tags=["t"], scope="workspace", limit=8, now=1.5
+    ) == [memory("old", "short lived", ["t"], 1.0, expires_at=5.0)]
+    assert await store.purge_memory(now=6.0) == 1
+    assert await store.purge_memory(now=6.0) == 0
+
+
+async def test_documents_are_stored_and_replaced(store: Store) -> None:
+    assert await store.get_document("memory:default", "graph") is None
+    await store.put_document("memory:default", "graph", '{"v": 1}')
+    await store.put_document("memory:default", "graph", '{"v": 2}')
+    assert await store.get_document("memory:default", "graph") == '{"v": 2}'
