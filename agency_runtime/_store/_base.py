@@ -268,6 +268,10 @@ class Store(Protocol):
         """
         ...
 
+    async def expire_memory(self, namespace: str, ids: list[str], *, at: float) -> int:
+        """Make the given items of ``namespace`` expire at ``at`` (soft delete); return how many."""
+        ...
+
     async def purge_memory(self, *, now: float) -> int:
         """Delete every item expired at ``now``; return how many."""
         ...

@@ -286,6 +286,16 @@ class MemoryStore:
         chosen.sort(key=lambda i: -i.created_at)
         return [item.model_copy(deep=True) for item in chosen]
 
+    async def expire_memory(self, namespace: str, ids: list[str], *, at: float) -> int:
+        with self._lock:
+            memories = self._memories or {}
+            hits = [
+                memories[i] for i in ids if i in memories and memories[i].namespace == namespace
+            ]
+            for item in hits:
+                item.expires_at = at
+            return len(hits)
+
     async def purge_memory(self, *, now: float) -> int:
         with self._lock:
             memories = self._memories or {}

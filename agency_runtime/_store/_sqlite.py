@@ -676,6 +676,16 @@ class SqliteStore:
         records.sort(key=lambda r: -r.created_at)
         return records
 
+    async def expire_memory(self, namespace: str, ids: list[str], *, at: float) -> int:
+        with self._db("expire memory", write=True) as conn:
+            return sum(
+                conn.execute(
+                    "UPDATE memory_items SET expires_at = ? WHERE namespace = ? AND id = ?",
+                    (at, namespace, item),
+                ).rowcount
+                for item in ids
+            )
+
     async def purge_memory(self, *, now: float) -> int:
         with self._db("purge expired memory", write=True) as conn:
             expired = [

@@ -375,3 +375,19 @@ async def test_documents_are_stored_and_replaced(store: Store) -> None:
     await store.put_document("memory:default", "graph", '{"v": 1}')
     await store.put_document("memory:default", "graph", '{"v": 2}')
     assert await store.get_document("memory:default", "graph") == '{"v": 2}'
+
+
+async def test_expiring_memory_soft_deletes_it(store: Store) -> None:
+    await store.save_memory(memory("x", "a fact", ["t"], 1.0))
+    assert await store.expire_memory("ns", ["x", "missing"], at=3.0) == 1
+    assert await store.expire_memory("other", ["x"], at=3.0) == 0
+    before = await store.recall_memory(
+        namespace="ns", query="fact", tags=[], scope=None, limit=8, now=2.0
+    )
+    assert [m.id for m in before] == ["x"]
+    assert (
+        await store.recall_memory(
+            namespace="ns", query="fact", tags=[], scope=None, limit=8, now=3.0
+        )
+        == []
+    )
