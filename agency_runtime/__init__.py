@@ -6,6 +6,7 @@ LLM call.
 """
 
 from ._context import AbortSignal, BranchState, RuntimeContext
+from ._conversation_memory import ConversationMemory, MemoryItem, SaveReceipt
 from ._errors import (
     AgencyCancelledError,
     AgencyError,
@@ -71,6 +72,7 @@ __all__ = [
     "BranchState",
     "CallsiteLocation",
     "Checkpoint",
+    "ConversationMemory",
     "CheckpointError",
     "CostGuard",
     "EntryImportError",
@@ -93,6 +95,7 @@ __all__ = [
     "LLMCallError",
     "LockReentryError",
     "LockTimeoutError",
+    "MemoryItem",
     "MemoryRecord",
     "MemoryStore",
     "Message",
@@ -113,6 +116,7 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "RuntimeContext",
+    "SaveReceipt",
     "SqliteStore",
     "StepResultError",
     "Store",

@@ -275,15 +275,21 @@ class MemoryStore:
                 and (scope is None or item.scope == scope)
                 and all(tag in item.tags for tag in tags)
             ]
+        # Items are kept in save order, so the position breaks ties: the later save is newer.
+        order = {id(item): position for position, item in enumerate(items)}
+
+        def newest(item: MemoryRecord) -> tuple[float, int]:
+            return (item.created_at, order[id(item)])
+
         terms = query_terms(query)
         scored = [(sum(term in set(query_terms(i.content)) for term in terms), i) for i in items]
         matched = [(score, item) for score, item in scored if score > 0]
         if matched:
-            matched.sort(key=lambda pair: (-pair[0], -pair[1].created_at))
+            matched.sort(key=lambda pair: (pair[0], newest(pair[1])), reverse=True)
             chosen = [item for _, item in matched[:limit]]
         else:
-            chosen = sorted(items, key=lambda i: -i.created_at)[:limit]
-        chosen.sort(key=lambda i: -i.created_at)
+            chosen = sorted(items, key=newest, reverse=True)[:limit]
+        chosen.sort(key=newest, reverse=True)
         return [item.model_copy(deep=True) for item in chosen]
 
     async def expire_memory(self, namespace: str, ids: list[str], *, at: float) -> int:

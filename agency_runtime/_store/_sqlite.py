@@ -638,17 +638,24 @@ class SqliteStore:
         limit: int,
         now: float,
     ) -> list[MemoryRecord]:
-        where = ["m.namespace = ?", "(m.expires_at IS NULL OR m.expires_at > ?)"]
+        # "+m.namespace": never drive the search from the namespace index; a conversation's
+        # tag (when given) narrows far better, so a new or quiet conversation costs little.
+        where = ["+m.namespace = ?", "(m.expires_at IS NULL OR m.expires_at > ?)"]
         params: list[Any] = [namespace, now]
         if scope is not None:
             where.append("m.scope = ?")
             params.append(scope)
-        for tag in dict.fromkeys(tags):
-            where.append(
-                "EXISTS (SELECT 1 FROM memory_tags t WHERE t.tag = ? AND t.item = m.rowid)"
-            )
+        for index, tag in enumerate(dict.fromkeys(tags)):
+            if index == 0:
+                where.append("m.rowid IN (SELECT item FROM memory_tags WHERE tag = ?)")
+            else:
+                where.append(
+                    "EXISTS (SELECT 1 FROM memory_tags t WHERE t.tag = ? AND t.item = m.rowid)"
+                )
             params.append(tag)
-        columns = "m.id, m.namespace, m.content, m.tags, m.scope, m.created_at, m.expires_at"
+        columns = (
+            "m.id, m.namespace, m.content, m.tags, m.scope, m.created_at, m.expires_at, m.rowid"
+        )
         terms = query_terms(query)
         with self._db("recall memory") as conn:
             rows = []
@@ -657,7 +664,7 @@ class SqliteStore:
                 rows = conn.execute(
                     f"SELECT {columns} FROM memory_fts f JOIN memory_items m ON m.rowid = f.rowid "
                     f"WHERE memory_fts MATCH ? AND {' AND '.join(where)} "
-                    "ORDER BY bm25(memory_fts), m.created_at DESC LIMIT ?",
+                    "ORDER BY bm25(memory_fts), m.created_at DESC, m.rowid DESC LIMIT ?",
                     (match, *params, limit),
                 ).fetchall()
             if not rows:
@@ -666,15 +673,14 @@ class SqliteStore:
                     "ORDER BY m.created_at DESC, m.rowid DESC LIMIT ?",
                     (*params, limit),
                 ).fetchall()
-        records = [
+        rows.sort(key=lambda row: (row[5], row[7]), reverse=True)  # newest first, ties by save
+        return [
             MemoryRecord(
                 id=row[0], namespace=row[1], content=row[2], tags=from_json(row[3]),
                 scope=row[4], created_at=row[5], expires_at=row[6],
             )
             for row in rows
         ]  # fmt: skip
-        records.sort(key=lambda r: -r.created_at)
-        return records
 
     async def expire_memory(self, namespace: str, ids: list[str], *, at: float) -> int:
         with self._db("expire memory", write=True) as conn:
