@@ -41,6 +41,7 @@ from ._frame import CallsiteLocation, Frame
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
 from ._locks import HeldLock
+from ._memory import MemoryConfig
 from ._records import (
     Checkpoint,
     InterruptAnswer,
@@ -95,6 +96,7 @@ __all__ = [
     "LLMCallError",
     "LockReentryError",
     "LockTimeoutError",
+    "MemoryConfig",
     "MemoryItem",
     "MemoryRecord",
     "MemoryStore",

@@ -163,6 +163,7 @@ class RuntimeContext:
         "globals",
         "journal",
         "locks",
+        "memory",
         "model",
         "run_id",
         "subprocess_depth",
@@ -191,6 +192,7 @@ class RuntimeContext:
         self.abort_signal = AbortSignal()
         self.journal: Any = None  # the run's RunJournal, set by the run boundary
         self.locks: Any = None  # the run's named locks (agency_runtime._locks), made lazily
+        self.memory: Any = None  # the run's agency.memory state (agency_runtime._memory), lazily
         self._cost_pico = usd_to_pico(cost, what="cost")
         self._tokens = tokens
         self._lock = threading.Lock()

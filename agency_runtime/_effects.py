@@ -9,11 +9,22 @@ the guards' spend and their grants are as if the step had run.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pydantic_core import from_json, to_json
+
+from ._errors import JournalCorruptError, NondeterminismError
 from ._frame import Frame
 from ._guards import apply_grant, charge_guards, find_guard
-from ._threads import THREAD_CHANGE_KINDS, ThreadChange, report_change
+from ._journal import journal_of
+from ._records import JournalEntry
+from ._threads import CHANGES, THREAD_CHANGE_KINDS, ThreadChange, report_change
 
-__all__ = ["replay_changes"]
+__all__ = ["journaled", "replay_changes"]
+
+T = TypeVar("T")
 
 
 def replay_changes(frame: Frame, changes: list[ThreadChange]) -> None:
@@ -34,3 +45,67 @@ def replay_changes(frame: Frame, changes: list[ThreadChange]) -> None:
         else:
             raise ValueError(f"unknown journaled change {kind!r}")
         report_change(change)
+
+
+async def journaled(
+    frame: Frame,
+    path: str,
+    name: str,
+    operation: Callable[[], Awaitable[T]],
+    *,
+    encode: Callable[[T], Any],
+    decode: Callable[[Any], T],
+    callsite: str = "",
+) -> T:
+    """Run ``operation`` once per run at ``path``: later executions replay its outcome.
+
+    The first time, the changes the operation makes (threads, spend, grants) are recorded
+    and committed with ``encode(result)`` as one journal entry (inside a run). When the
+    entry exists, its changes are replayed and ``decode(recorded)`` is returned instead of
+    running the operation: no provider is called and nothing is paid twice.
+    """
+    journal = journal_of(frame.ctx)
+    entry = journal.entries.get(path)
+    if entry is not None:
+        if entry.name != name:
+            raise NondeterminismError(
+                f"run {entry.run_id!r} replayed {path!r} as {name}, but the journal recorded "
+                f"{entry.name!r} there. The code changed under an in-flight run."
+            )
+        try:
+            if entry.deltas:
+                replay_changes(frame, from_json(entry.deltas))
+            return decode(from_json(entry.result))
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            raise JournalCorruptError(
+                f"the journal of run {entry.run_id!r} is damaged at {name} {path!r}: {exc}"
+            ) from exc
+    changes: list[ThreadChange] = []
+    token = CHANGES.set(changes)
+    try:
+        result = await operation()
+    finally:
+        CHANGES.reset(token)
+    outer = CHANGES.get()
+    if outer is not None:
+        outer.extend(changes)
+    if journal.durable:
+        await journal.commit_step(
+            JournalEntry.from_row(
+                {
+                    "run_id": journal.run_id or "",
+                    "seq": journal.next_seq(),
+                    "path": path,
+                    "name": name,
+                    "callsite": callsite,
+                    "result": to_json(encode(result)).decode(),
+                    "locals": None,
+                    "scopes": None,
+                    "deltas": to_json(changes).decode() if changes else None,
+                    "cost_pico": frame.ctx.cost_pico,
+                    "tokens": frame.ctx.tokens,
+                    "created_at": time.time(),
+                }
+            )
+        )
+    return result

@@ -30,6 +30,7 @@ from ._interrupts import handler, interrupt, with_handler
 from ._litellm import start_preload
 from ._llm import llm
 from ._locks import lock, with_lock
+from ._memory import MemoryNamespace
 from ._money import usd_to_pico
 from ._recovery import RunsNamespace, respond_to_interrupts, resume
 from ._run import run, run_sync
@@ -134,6 +135,7 @@ class Agency:
         self.thread = ThreadNamespace()
         self.threads = ThreadsNamespace()
         self.runs = RunsNamespace()
+        self.memory = MemoryNamespace()
 
     run = staticmethod(run)
     run_sync = staticmethod(run_sync)

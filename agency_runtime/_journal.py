@@ -34,6 +34,7 @@ class RunJournal:
         "answers",
         "checkpoints",
         "entries",
+        "execution",
         "owner",
         "paused",
         "pending",
@@ -63,6 +64,8 @@ class RunJournal:
         self.scope_locals: dict[str, str] = {}
         self.restores: dict[str, int] = defaultdict(int)
         self.seq = 0
+        self.execution = 0
+        """How many times the entry has started in this attempt (a restore starts it again)."""
         self.paused: list[Interrupt] = []
         self._counters: dict[tuple[str, str], int] = defaultdict(int)
         self._last_scopes: str | None = None
@@ -115,6 +118,7 @@ class RunJournal:
         """Reset what one execution of the entry counts (a restore re-runs the entry)."""
         self._counters.clear()
         self.paused = []
+        self.execution += 1
 
     def ordinal(self, address: str, kind: str) -> int:
         """The next ordinal of ``kind`` (scope, interrupt, checkpoint, …) at ``address``."""

@@ -20,32 +20,28 @@ import logging
 import math
 import os
 import re
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import anyio
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
-from pydantic_core import PydanticSerializationError, from_json, to_json
+from pydantic_core import PydanticSerializationError
 
 from ._context import AbortSignal
-from ._effects import replay_changes
+from ._effects import journaled
 from ._errors import (
     AgencyCancelledError,
     AgencyError,
     InvalidArgumentError,
-    JournalCorruptError,
     LLMCallError,
-    NondeterminismError,
     StructuredOutputError,
 )
 from ._frame import Frame, current_frame, position_of
 from ._guards import charge, gate
 from ._journal import journal_of
 from ._litellm import load_litellm
-from ._records import JournalEntry
-from ._threads import CHANGES, MessageContent, MessageThread, ThreadChange
+from ._threads import MessageContent, MessageThread
 
 __all__ = ["DEFAULT_TIMEOUT", "llm"]
 
@@ -176,69 +172,33 @@ async def llm(
     address = position_of(frame).address
     ordinal = journal.ordinal(address, "llm")
     path = f"{address}/llm#{ordinal}" if address else f"llm#{ordinal}"
-    entry = journal.entries.get(path)
-    if entry is not None:
-        value = _replay(frame, entry, path, adapter)
-    else:
-        changes: list[ThreadChange] = []
-        token = CHANGES.set(changes)
-        try:
-            value, text = await _converse(
-                frame, target, prompt, chosen, schema, adapter, retries, timeout, max_tokens
-            )
-        finally:
-            CHANGES.reset(token)
-        outer = CHANGES.get()
-        if outer is not None:
-            outer.extend(changes)
-        if journal.durable:
-            await journal.commit_step(
-                JournalEntry.from_row(
-                    {
-                        "run_id": journal.run_id or "",
-                        "seq": journal.next_seq(),
-                        "path": path,
-                        "name": "agency.llm",
-                        "callsite": chosen,
-                        "result": _result_json(text, value, adapter),
-                        "locals": None,
-                        "scopes": None,
-                        "deltas": to_json(changes).decode() if changes else None,
-                        "cost_pico": frame.ctx.cost_pico,
-                        "tokens": frame.ctx.tokens,
-                        "created_at": time.time(),
-                    }
-                )
-            )
+    value, _text = await journaled(
+        frame,
+        path,
+        "agency.llm",
+        lambda: _converse(
+            frame, target, prompt, chosen, schema, adapter, retries, timeout, max_tokens
+        ),
+        encode=lambda outcome: _recorded(outcome, adapter),
+        decode=lambda recorded: _revived(recorded, adapter),
+        callsite=chosen,
+    )
     await gate(frame)
     return value
 
 
-def _result_json(text: str, value: Any, adapter: TypeAdapter[Any] | None) -> str:
+def _recorded(outcome: tuple[Any, str], adapter: TypeAdapter[Any] | None) -> dict[str, Any]:
+    value, text = outcome
     try:
         stored = text if adapter is None else adapter.dump_python(value, mode="json")
-        return to_json({"text": text, "value": stored}).decode()
     except (PydanticSerializationError, TypeError, ValueError):
-        return to_json({"text": text, "value": None}).decode()
+        stored = None
+    return {"text": text, "value": stored}
 
 
-def _replay(frame: Frame, entry: JournalEntry, path: str, adapter: TypeAdapter[Any] | None) -> Any:
-    if entry.name != "agency.llm":
-        raise NondeterminismError(
-            f"run {entry.run_id!r} replayed {path!r} as an agency.llm call, but the journal "
-            f"recorded the step {entry.name!r} there. The code changed under an in-flight run."
-        )
-    try:
-        if entry.deltas:
-            replay_changes(frame, from_json(entry.deltas))
-        recorded = from_json(entry.result)
-        if adapter is None:
-            return str(recorded["text"])
-        return adapter.validate_python(recorded["value"])
-    except (ValueError, TypeError, KeyError, IndexError) as exc:
-        raise JournalCorruptError(
-            f"the journal of run {entry.run_id!r} is damaged at the LLM call {path!r}: {exc}"
-        ) from exc
+def _revived(recorded: Any, adapter: TypeAdapter[Any] | None) -> tuple[Any, str]:
+    text = str(recorded["text"])
+    return (text if adapter is None else adapter.validate_python(recorded["value"])), text
 
 
 async def _converse(

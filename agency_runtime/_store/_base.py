@@ -248,7 +248,7 @@ class Store(Protocol):
     # -- memory ----------------------------------------------------------------------------
 
     async def save_memory(self, record: MemoryRecord) -> None:
-        """Store one conversation-memory item (its id is unique)."""
+        """Store one memory item; an id already stored raises :class:`StoreError`."""
         ...
 
     async def recall_memory(

@@ -6,7 +6,7 @@ import threading
 import time
 from typing import ClassVar
 
-from .._errors import RunNotFoundError
+from .._errors import RunNotFoundError, StoreError
 from .._records import (
     Checkpoint,
     InterruptAnswer,
@@ -254,6 +254,8 @@ class MemoryStore:
         with self._lock:
             if self._memories is None:
                 self._memories = {}
+            if record.id in self._memories:
+                raise StoreError(f"a memory item with id {record.id!r} exists already")
             self._memories[record.id] = record.model_copy(deep=True)
 
     async def recall_memory(
