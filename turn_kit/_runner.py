@@ -1,0 +1,343 @@
+"""``create_turn_runner``: one chat turn, run as a durable run of agency_runtime.
+
+A turn recalls the conversation's history, collects context, asks ``respond`` for the reply
+(which may send acknowledgements), delivers it, confirms the delivery and saves the turn to
+memory, in that order. Each of those is a journaled step, so:
+
+* with ``message_id`` the turn's run id is derived from the conversation and the message,
+  and a redelivered message gets the stored result instead of a second reply;
+* a process killed after delivery resumes straight to the save: the reply is not sent again;
+* turns of one conversation hold a store-wide lock, so they run one at a time, in arrival
+  order, each recalling what the one before it saved.
+
+Failures surface as the seed raises them (the original exception objects), never as a
+``RunResult``; a turn that pauses on an interrupt raises :class:`TurnPausedError`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic_core import from_json, to_json
+
+from agency_runtime import (
+    InvalidArgumentError,
+    ResumableScope,
+    Store,
+    agency,
+)
+
+from ._context_providers import (
+    TurnContext,
+    TurnContextArgs,
+    TurnContextProvider,
+    collect_turn_context,
+)
+from ._ctx import log_event
+from ._errors import TurnPausedError, UnconfirmedTurnDeliveryError
+from ._history import (
+    TurnHistoryEntry,
+    TurnMemoryOptions,
+    memory_options,
+    recall_turn_history,
+    remember_turn,
+)
+from ._identity import TurnConversation, as_conversation, conversation_tag, js_encode, js_trim
+from ._version import TURN_KIT_VERSION
+
+__all__ = ["TurnArgs", "TurnResponse", "TurnResult", "TurnRunner", "create_turn_runner"]
+
+
+class TurnResponse(BaseModel):
+    """What ``respond`` may return instead of a plain string.
+
+    ``remember``: ``False`` skips saving this turn; a string replaces the saved record.
+    """
+
+    model_config = ConfigDict()
+
+    reply: str
+    remember: str | Literal[False] | None = None
+
+
+class TurnResult(BaseModel):
+    """The outcome of a turn: exactly the seed's five fields."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    reply: str
+    receipt: Any = None
+    context: list[TurnContext]
+    acknowledgements: int
+    memory_saved: bool
+
+
+@dataclass(frozen=True)
+class TurnArgs:
+    """What ``respond(turn)`` gets, as attributes."""
+
+    ctx: Any
+    conversation: TurnConversation
+    input: str
+    history: list[TurnHistoryEntry]
+    context: list[TurnContext]
+    acknowledge: Callable[[str], Awaitable[bool]]
+    message: Any = None
+
+
+class _Responded(BaseModel):
+    """The respond step's journaled outcome."""
+
+    reply: str
+    remember: str | Literal[False] | None = None
+    acknowledgements: int = 0
+
+
+@dataclass
+class _Live:
+    """What only this process has: the live delivery receipt."""
+
+    receipt: Any = None
+    delivered: bool = False
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _project(receipt: Any) -> Any:
+    """The JSON projection of a receipt journaled with the turn (live objects stay here)."""
+    return from_json(to_json(receipt, fallback=repr))
+
+
+def _response(value: Any) -> _Responded:
+    if isinstance(value, str):
+        response = TurnResponse(reply=value)
+    elif isinstance(value, TurnResponse):
+        response = value
+    elif isinstance(value, dict):
+        response = TurnResponse.model_validate(value)
+    else:
+        raise InvalidArgumentError(
+            f"respond must return a string or a TurnResponse, got {type(value).__name__}"
+        )
+    reply = js_trim(response.reply)
+    if not reply:
+        raise InvalidArgumentError("turn response cannot be empty")
+    remember = response.remember
+    if isinstance(remember, str) and not js_trim(remember):
+        raise InvalidArgumentError("explicit turn memory cannot be empty")
+    return _Responded(reply=reply, remember=remember)
+
+
+class TurnRunner:
+    """Runs turns for one namespace; make it with :func:`create_turn_runner`."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        memory: TurnMemoryOptions | None,
+        context: Sequence[TurnContextProvider],
+        store: str | Store | None,
+        model: str | None,
+    ) -> None:
+        self.namespace = js_trim(namespace)
+        self.memory = memory
+        self.providers = list(context)
+        self.store = store
+        self.model = model
+
+    async def run(
+        self,
+        ctx: Any,
+        *,
+        conversation: TurnConversation | dict[str, str],
+        input: str,
+        respond: Callable[[TurnArgs], Any],
+        deliver: Callable[[str], Any],
+        acknowledge: Callable[[str], Any] | None = None,
+        confirm_delivery: Callable[[Any], Any] | None = None,
+        message_id: str | int | None = None,
+        message: Any = None,
+    ) -> TurnResult:
+        """Run one turn (see the module docstring) and return its :class:`TurnResult`.
+
+        ``respond``, ``deliver``, ``acknowledge`` and ``confirm_delivery`` may be sync or
+        async; awaitables they return are awaited. ``message_id`` makes the turn idempotent.
+        ``message`` is handed to ``respond`` as ``turn.message`` (the Telegram adapter's
+        parsed message).
+        """
+        if not isinstance(input, str):
+            raise InvalidArgumentError(f"turn input must be a string, got {type(input).__name__}")
+        text = js_trim(input)
+        if not text:
+            raise InvalidArgumentError("turn input cannot be empty")
+        for what, fn in (("respond", respond), ("deliver", deliver)):
+            if not callable(fn):
+                raise InvalidArgumentError(f"run() needs {what}: a callable")
+        chat = as_conversation(conversation)
+        tag = conversation_tag(self.namespace, chat)
+        run_id = None if message_id is None else f"{tag}#{js_encode(str(message_id))}"
+        live = _Live()
+
+        async def turn(turn_input: str) -> TurnResult:
+            async def body(s: ResumableScope) -> TurnResult:
+                return await self._steps(
+                    s, ctx, chat, tag, turn_input, respond, deliver, acknowledge,
+                    confirm_delivery, message, live,
+                )  # fmt: skip
+
+            return await agency.with_resumable_scope("turn", body)
+
+        result = await agency.run(turn, text, run_id=run_id, store=self.store, model=self.model)
+        if result.status == "completed":
+            value = result.value
+            assert isinstance(value, TurnResult)
+            if live.delivered:
+                value.receipt = live.receipt  # the live object, not its projection
+            return value
+        if result.status == "paused":
+            raise TurnPausedError(result)
+        if result.exception is not None:
+            raise result.exception
+        return result.unwrap()  # type: ignore[no-any-return]  # raises RunFailedError
+
+    async def _steps(
+        self,
+        s: ResumableScope,
+        ctx: Any,
+        conversation: TurnConversation,
+        tag: str,
+        text: str,
+        respond: Callable[[TurnArgs], Any],
+        deliver: Callable[[str], Any],
+        acknowledge: Callable[[str], Any] | None,
+        confirm_delivery: Callable[[Any], Any] | None,
+        message: Any,
+        live: _Live,
+    ) -> TurnResult:
+        namespace, memory = self.namespace, self.memory
+        log_event(
+            ctx, "info", "started",
+            version=TURN_KIT_VERSION, namespace=namespace, transport=conversation.transport,
+        )  # fmt: skip
+        async with agency.lock(f"turn-kit:{tag}", scope="global"):
+
+            async def recall() -> list[TurnHistoryEntry]:
+                if memory is None:
+                    return []
+                return await recall_turn_history(ctx, tag, memory)
+
+            history: list[TurnHistoryEntry] = await s.step(
+                recall, name="recall", returns=list[TurnHistoryEntry]
+            )
+
+            async def collect() -> list[TurnContext]:
+                args = TurnContextArgs(
+                    ctx=ctx, conversation=conversation, input=text, history=history
+                )
+                return await collect_turn_context(self.providers, args)
+
+            context: list[TurnContext] = await s.step(
+                collect, name="context", returns=list[TurnContext]
+            )
+
+            async def answer() -> _Responded:
+                acknowledgements = 0
+
+                async def acknowledged(note: str) -> bool:
+                    nonlocal acknowledgements
+                    note = js_trim(note) if isinstance(note, str) else ""
+                    if not note or acknowledge is None:
+                        return False
+                    try:
+                        await _maybe_await(acknowledge(note))
+                    except Exception as exc:
+                        log_event(
+                            ctx, "warn", "acknowledgement-failed",
+                            namespace=namespace, error=str(exc),
+                        )  # fmt: skip
+                        return False
+                    acknowledgements += 1
+                    log_event(ctx, "info", "acknowledged", namespace=namespace)
+                    return True
+
+                args = TurnArgs(
+                    ctx=ctx, conversation=conversation, input=text, history=history,
+                    context=context, acknowledge=acknowledged, message=message,
+                )  # fmt: skip
+                responded = _response(await _maybe_await(respond(args)))
+                responded.acknowledgements = acknowledgements
+                return responded
+
+            responded: _Responded = await s.step(answer, name="respond", returns=_Responded)
+
+            async def send() -> Any:
+                receipt = await _maybe_await(deliver(responded.reply))
+                live.receipt, live.delivered = receipt, True
+                if confirm_delivery is not None and not await _maybe_await(
+                    confirm_delivery(receipt)
+                ):
+                    log_event(ctx, "error", "delivery-unconfirmed", namespace=namespace)
+                    raise UnconfirmedTurnDeliveryError(
+                        f"{namespace} final turn delivery returned an unconfirmed receipt"
+                    )
+                return _project(receipt)
+
+            receipt = await s.step(send, name="deliver")
+
+            async def save() -> bool:
+                if memory is None or responded.remember is False:
+                    return False
+                content = responded.remember if isinstance(responded.remember, str) else None
+                return await remember_turn(ctx, tag, text, responded.reply, memory, content)
+
+            memory_saved: bool = await s.step(save, name="save", returns=bool)
+        log_event(
+            ctx, "info", "completed",
+            namespace=namespace, acknowledgements=responded.acknowledgements,
+            context=len(context), memory_saved=memory_saved,
+        )  # fmt: skip
+        return TurnResult(
+            reply=responded.reply,
+            receipt=receipt,
+            context=context,
+            acknowledgements=responded.acknowledgements,
+            memory_saved=memory_saved,
+        )
+
+
+def create_turn_runner(
+    *,
+    namespace: str,
+    memory: TurnMemoryOptions | dict[str, Any] | Literal[False] | None = None,
+    context: Sequence[TurnContextProvider] = (),
+    store: str | Store | None = None,
+    model: str | None = None,
+) -> TurnRunner:
+    """A runner for the turns of ``namespace`` (a lowercase slug).
+
+    ``memory``: ``False`` turns memory off; ``None`` (the default) means on with default
+    options. ``context``: providers made with ``define_turn_context``. ``store``: where the
+    turns' runs live (as in ``agency.run``). ``model``: the turns' default model for
+    ``agency.llm``.
+    """
+    conversation_tag(namespace, TurnConversation(transport="check", id="check"))
+    providers = list(context)
+    for provider in providers:
+        if not isinstance(provider, TurnContextProvider):
+            raise InvalidArgumentError(
+                "context must be a list of providers made with define_turn_context(...), "
+                f"got {type(provider).__name__}"
+            )
+    options = None if memory is False else memory_options(memory)
+    return TurnRunner(
+        namespace=namespace, memory=options, context=providers, store=store, model=model
+    )
