@@ -1,0 +1,58 @@
+"""Telegram for turn_kit: parse updates, run turns, send replies, receive by webhook or polling.
+
+* :func:`create_telegram_turn_adapter` — ``handle(ctx, payload=..., respond=...)`` runs one
+  update as a durable turn (skipping bots, other chats and empty messages; each reply chunk
+  a journaled step).
+* :class:`BotApiTransport` (python-telegram-bot, the ``telegram`` extra) and
+  :class:`CloudTelegramTransport` send; :func:`send_telegram_text` chunks and threads.
+* :func:`webhook_app` (ASGI) and :class:`TelegramPoller` (``getUpdates``) receive.
+* :class:`FakeBotApi` is a Bot API served on loopback, for tests and offline demos.
+"""
+
+from ._adapter import (
+    TelegramDelivery,
+    TelegramHandleResult,
+    TelegramTurnAdapter,
+    create_telegram_turn_adapter,
+    send_durably,
+)
+from ._fake import FakeBotApi
+from ._parse import (
+    TelegramMessage,
+    bare_telegram_chat_id,
+    chunk_telegram_text,
+    read_telegram_message,
+    telegram_skip_reason,
+)
+from ._polling import TelegramPoller
+from ._transport import (
+    BotApiTransport,
+    CloudTelegramTransport,
+    TelegramSendResult,
+    TelegramTransport,
+    cloud_telegram_transport_from_env,
+    send_telegram_text,
+)
+from ._webhook import webhook_app
+
+__all__ = [
+    "BotApiTransport",
+    "CloudTelegramTransport",
+    "FakeBotApi",
+    "TelegramDelivery",
+    "TelegramHandleResult",
+    "TelegramMessage",
+    "TelegramPoller",
+    "TelegramSendResult",
+    "TelegramTransport",
+    "TelegramTurnAdapter",
+    "bare_telegram_chat_id",
+    "chunk_telegram_text",
+    "cloud_telegram_transport_from_env",
+    "create_telegram_turn_adapter",
+    "read_telegram_message",
+    "send_durably",
+    "send_telegram_text",
+    "telegram_skip_reason",
+    "webhook_app",
+]

@@ -1,0 +1,240 @@
+"""``create_telegram_turn_adapter``: Telegram updates in, durable turns out.
+
+``handle(ctx, payload=..., respond=...)`` reads the update, skips what it must (bots, other
+chats, empty text — in the seed's order, failing closed without an owner chat) and runs the
+turn on the turn runner. Acknowledgements and the reply go through the same chunked,
+threaded (first chunk only), receipt-checked send, where **each chunk is a journaled step**:
+a crash in the middle of a long reply re-sends at most the chunk that was in flight.
+
+The turn's run id comes from the chat, the topic and the message id (plus ``@<edit_date>``
+for an edited message), so a redelivered update gets the stored result, never a second
+reply.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from agency_runtime import InvalidArgumentError, ResumableScope, Store, agency
+
+from .._context_providers import TurnContextProvider
+from .._errors import TurnKitError
+from .._history import TurnMemoryOptions
+from .._identity import conversation_key
+from .._runner import TurnArgs, TurnResult, create_turn_runner
+from ._parse import (
+    TelegramMessage,
+    bare_telegram_chat_id,
+    chunk_telegram_text,
+    read_telegram_message,
+    telegram_skip_reason,
+)
+
+__all__ = [
+    "TelegramDelivery",
+    "TelegramHandleResult",
+    "TelegramTurnAdapter",
+    "create_telegram_turn_adapter",
+]
+
+
+class TelegramDelivery(BaseModel):
+    """What a chunked send returns: the chat and every chunk's message id."""
+
+    model_config = ConfigDict()
+
+    ok: bool
+    chat_id: str
+    message_ids: list[str]
+
+
+class TelegramHandleResult(BaseModel):
+    """The outcome of ``handle``: handled (with the turn's result) or skipped (with why)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    status: Literal["handled", "skipped"]
+    reason: str | None = None
+    message: TelegramMessage | None = None
+    result: TurnResult | None = None
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+async def send_durably(
+    transport: Any,
+    chat_id: str,
+    text: str,
+    *,
+    reply_to_message_id: str | None = None,
+    thread_id: str | None = None,
+    chunk_limit: int = 4096,
+) -> TelegramDelivery:
+    """Send ``text`` in chunks, each chunk a journaled step (inside a run).
+
+    Only the first chunk replies to the message and carries the topic. A chunk whose result
+    is not ok or has no message id raises; chunks sent before it stay sent.
+    """
+    bare = bare_telegram_chat_id(chat_id)
+    chunks = chunk_telegram_text(text, chunk_limit)
+
+    async def body(s: ResumableScope) -> TelegramDelivery:
+        ids: list[str] = []
+        for index, chunk in enumerate(chunks):
+
+            async def send(index: int = index, chunk: str = chunk) -> str:
+                first = index == 0
+                result = await _maybe_await(
+                    transport.send_message(
+                        bare,
+                        chunk,
+                        reply_to_message_id=reply_to_message_id if first else None,
+                        thread_id=thread_id if first else None,
+                    )
+                )
+                message_id = _field(result, "message_id")
+                if not _field(result, "ok") or message_id in (None, ""):
+                    raise TurnKitError(
+                        f"Telegram delivery to {bare} returned no receipt for chunk {index + 1}"
+                    )
+                return str(message_id)
+
+            ids.append(await s.step(send, name=f"chunk-{index}"))
+        return TelegramDelivery(ok=True, chat_id=bare, message_ids=ids)
+
+    return await agency.with_resumable_scope("telegram-send", body)
+
+
+class TelegramTurnAdapter:
+    """Handles Telegram updates as turns; make it with :func:`create_telegram_turn_adapter`."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        owner_chat: str | Callable[[Any], Any] | None,
+        transport: Any,
+        memory: TurnMemoryOptions | dict[str, Any] | Literal[False] | None,
+        context: Sequence[TurnContextProvider],
+        store: str | Store | None,
+        model: str | None,
+        chunk_limit: int,
+    ) -> None:
+        self.runner = create_turn_runner(
+            namespace=namespace, memory=memory, context=context, store=store, model=model
+        )
+        self.owner_chat = owner_chat
+        self.transport = transport
+        self.chunk_limit = chunk_limit
+
+    async def _owner(self, ctx: Any) -> str | None:
+        owner = self.owner_chat
+        if callable(owner):
+            try:
+                owner = await _maybe_await(owner(ctx))
+            except Exception:  # no owner means no turn: fail closed
+                return None
+        if owner is None:
+            return None
+        return str(owner)
+
+    async def _transport_for(self, ctx: Any) -> Any:
+        transport = self.transport
+        if callable(transport) and not hasattr(transport, "send_message"):
+            transport = await _maybe_await(transport(ctx))
+        if transport is None:
+            from ._transport import BotApiTransport, cloud_telegram_transport_from_env
+
+            transport = cloud_telegram_transport_from_env() or BotApiTransport()
+            self.transport = transport  # one client for every later update
+        if not hasattr(transport, "send_message"):
+            raise InvalidArgumentError(
+                "a Telegram transport needs an async send_message(chat_id, text, *, "
+                f"reply_to_message_id=None, thread_id=None), got {type(transport).__name__}"
+            )
+        return transport
+
+    async def handle(
+        self, ctx: Any, *, payload: Any, respond: Callable[[TurnArgs], Any]
+    ) -> TelegramHandleResult:
+        """Run the turn for one update (``payload``: the update as JSON data)."""
+        message = read_telegram_message(payload)
+        if message is None:
+            return TelegramHandleResult(status="skipped", reason="unusable Telegram message")
+        reason = telegram_skip_reason(message, await self._owner(ctx))
+        if reason is not None:
+            return TelegramHandleResult(status="skipped", reason=reason, message=message)
+        transport = await self._transport_for(ctx)
+
+        async def deliver(text: str) -> TelegramDelivery:
+            return await send_durably(
+                transport,
+                message.chat_id,
+                text,
+                reply_to_message_id=message.message_id,
+                thread_id=message.thread_id or None,
+                chunk_limit=self.chunk_limit,
+            )
+
+        turn_id = message.message_id
+        if message.edit_date:
+            turn_id = f"{turn_id}@{message.edit_date}"  # an edit gets its own answer
+        result = await self.runner.run(
+            ctx,
+            conversation={
+                "transport": "telegram",
+                "id": conversation_key(bare_telegram_chat_id(message.chat_id), message.thread_id),
+            },
+            input=message.text,
+            respond=respond,
+            deliver=deliver,
+            acknowledge=deliver,
+            confirm_delivery=lambda receipt: bool(receipt.ok and receipt.message_ids),
+            message_id=turn_id,
+            message=message,
+        )
+        return TelegramHandleResult(status="handled", message=message, result=result)
+
+
+def create_telegram_turn_adapter(
+    *,
+    namespace: str,
+    owner_chat: str | Callable[[Any], Any] | None = None,
+    transport: Any = None,
+    memory: TurnMemoryOptions | dict[str, Any] | Literal[False] | None = None,
+    context: Sequence[TurnContextProvider] = (),
+    store: str | Store | None = None,
+    model: str | None = None,
+    chunk_limit: int = 4096,
+) -> TelegramTurnAdapter:
+    """A Telegram adapter for the turns of ``namespace``.
+
+    ``owner_chat``: the one chat allowed to talk to the agent (a chat id, possibly with its
+    ``__title`` suffix, or a function of ``ctx`` returning it); without one every update is
+    skipped. ``transport``: an object with ``send_message`` (or a function of ``ctx``
+    returning one); the default is the Bot API with ``TELEGRAM_BOT_TOKEN``.
+    """
+    if isinstance(chunk_limit, bool) or not isinstance(chunk_limit, int) or chunk_limit < 1:
+        raise InvalidArgumentError(f"chunk_limit must be a positive integer, got {chunk_limit!r}")
+    return TelegramTurnAdapter(
+        namespace=namespace,
+        owner_chat=owner_chat,
+        transport=transport,
+        memory=memory,
+        context=context,
+        store=store,
+        model=model,
+        chunk_limit=chunk_limit,
+    )

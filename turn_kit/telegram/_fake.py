@@ -1,0 +1,625 @@
+"""A fake Telegram Bot API served over real HTTP on loopback, for tests and the demo.
+
+:class:`FakeBotApi` runs a stdlib :class:`http.server.ThreadingHTTPServer` in a daemon thread on
+``127.0.0.1`` with an ephemeral port, so sync and async code (any event loop) can talk to it
+exactly as they talk to ``api.telegram.org``::
+
+    with FakeBotApi(token="123:abc") as api:
+        transport = BotApiTransport("123:abc", base_url=api.base_url)
+        bot = telegram.Bot("123:abc", base_url=f"{api.base_url}/bot")
+
+Methods are served under ``/bot<token>/<method>`` for ``GET`` (query string) and ``POST``
+(JSON, form-encoded as python-telegram-bot sends them, or query string): ``getMe``,
+``getUpdates``, ``sendMessage``, ``sendChatAction``, ``setWebhook``, ``deleteWebhook`` and
+``getWebhookInfo``. A wrong token gets 401 ``Unauthorized``; an unknown method 404.
+
+Failures are injected with :meth:`FakeBotApi.fail_next`: ``"rate_limit"`` (429 with
+``parameters.retry_after``), ``"timeout_after_store"`` (the message is stored, then the response
+never comes: the handler waits ``hang`` seconds and drops the connection) and
+``"thread_not_found"`` (400 "Bad Request: message thread not found", only for a request that
+carries a ``message_thread_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
+
+__all__ = ["FailureKind", "FakeBotApi"]
+
+FailureKind = Literal["rate_limit", "timeout_after_store", "thread_not_found"]
+_KINDS = ("rate_limit", "timeout_after_store", "thread_not_found")
+
+_TEXT_LIMIT = 4096
+_INT_FIELDS = frozenset(
+    {"message_thread_id", "reply_to_message_id", "offset", "limit", "max_connections"}
+)
+_JSON_FIELDS = frozenset(
+    {"reply_parameters", "reply_markup", "allowed_updates", "link_preview_options", "entities"}
+)
+_BOOL_FIELDS = frozenset(
+    {"drop_pending_updates", "disable_notification", "protect_content", "allow_paid_broadcast"}
+)
+
+
+class _Failure:
+    __slots__ = ("chat_id", "hang", "kind", "retry_after", "times")
+
+    def __init__(
+        self, kind: str, retry_after: float, times: int, chat_id: str | None, hang: float
+    ) -> None:
+        self.kind = kind
+        self.retry_after = retry_after
+        self.times = times
+        self.chat_id = chat_id
+        self.hang = hang
+
+
+class _ApiError(Exception):
+    def __init__(
+        self, status: int, description: str, parameters: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.parameters = parameters
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "ok": False,
+            "error_code": self.status,
+            "description": self.description,
+        }
+        if self.parameters:
+            out["parameters"] = self.parameters
+        return out
+
+
+class _Hang(Exception):
+    """Send no response at all: wait, then drop the connection."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _chat_value(value: Any) -> int | str:
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _chat_type(chat_id: int | str) -> str:
+    if isinstance(chat_id, str):
+        return "channel"
+    return "private" if chat_id > 0 else "supergroup"
+
+
+def _coerce(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Form values arrive as strings (objects JSON-encoded); make them look like JSON input."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, str):
+            stripped = value.strip()
+            try:
+                if key in _INT_FIELDS:
+                    out[key] = int(stripped)
+                    continue
+                if key in _JSON_FIELDS:
+                    out[key] = json.loads(stripped)
+                    continue
+                if key in _BOOL_FIELDS and stripped in ("true", "false"):
+                    out[key] = stripped == "true"
+                    continue
+                if key == "timeout":
+                    out[key] = float(stripped)
+                    continue
+            except ValueError:
+                pass
+        out[key] = value
+    return out
+
+
+class FakeBotApi:
+    """A fake Telegram Bot API over real loopback HTTP (see the module docstring).
+
+    Thread-safe: the server answers on its own threads, and the inspection helpers
+    (:attr:`sent`, :attr:`actions`, :attr:`calls`, :attr:`webhook`) return snapshots.
+    """
+
+    def __init__(
+        self,
+        token: str = "123:abc",
+        *,
+        host: str = "127.0.0.1",
+        username: str = "fake_bot",
+        long_poll_cap: float = 5.0,
+    ) -> None:
+        self.token = token
+        self.host = host
+        self.username = username
+        self.long_poll_cap = long_poll_cap
+        head = token.split(":", 1)[0]
+        self.bot_id = int(head) if head.isdigit() else 1
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._stopping = threading.Event()
+        self._updates: list[dict[str, Any]] = []
+        self._next_update_id = 1
+        self._message_ids: dict[int | str, int] = {}
+        self._sent: list[dict[str, Any]] = []
+        self._actions: list[dict[str, Any]] = []
+        self._calls: list[dict[str, Any]] = []
+        self._webhook: dict[str, Any] | None = None
+        self._failures: dict[str, list[_Failure]] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        state = f"base_url={self.base_url!r}" if self._server else "stopped"
+        return f"FakeBotApi({state})"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> FakeBotApi:
+        """Bind an ephemeral port and serve in a daemon thread (idempotent)."""
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = ThreadingHTTPServer((self.host, 0), _make_handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="FakeBotApi",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; wakes long polls and hung responses."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeBotApi:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("FakeBotApi is not running; use `with FakeBotApi() as api:`")
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>`` (python-telegram-bot wants ``f"{base_url}/bot"``)."""
+        return f"http://{self.host}:{self.port}"
+
+    # -- inspection --------------------------------------------------------------------------
+
+    @property
+    def sent(self) -> list[dict[str, Any]]:
+        """Messages stored by ``sendMessage``: chat_id, text, reply_to_message_id,
+        message_thread_id, message_id (a snapshot)."""
+        with self._lock:
+            return [dict(m) for m in self._sent]
+
+    @property
+    def actions(self) -> list[dict[str, Any]]:
+        """``sendChatAction`` calls: chat_id, action, message_thread_id (a snapshot)."""
+        with self._lock:
+            return [dict(a) for a in self._actions]
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """Every request with a valid token: method, params, status, at (a snapshot)."""
+        with self._lock:
+            return [dict(c) for c in self._calls]
+
+    @property
+    def webhook(self) -> dict[str, Any] | None:
+        """The ``setWebhook`` parameters, or ``None`` (never set or deleted)."""
+        with self._lock:
+            return dict(self._webhook) if self._webhook is not None else None
+
+    def pending_updates(self) -> list[dict[str, Any]]:
+        """Updates not yet confirmed by a ``getUpdates`` offset."""
+        with self._lock:
+            return [dict(u) for u in self._updates]
+
+    # -- test input --------------------------------------------------------------------------
+
+    def push_update(self, update: Mapping[str, Any]) -> int:
+        """Queue an update for ``getUpdates``; assigns and returns its ``update_id``."""
+        with self._cond:
+            update_id = self._next_update_id
+            self._next_update_id += 1
+            self._updates.append({**dict(update), "update_id": update_id})
+            self._cond.notify_all()
+            return update_id
+
+    def push_message(
+        self,
+        chat_id: int | str,
+        text: str,
+        *,
+        message_thread_id: int | None = None,
+        is_topic_message: bool | None = None,
+        from_is_bot: bool = False,
+        reply_to: Mapping[str, Any] | str | None = None,
+        chat_type: str | None = None,
+        from_id: int | None = None,
+    ) -> dict[str, Any]:
+        """Queue a realistic ``message`` update from a user and return the whole update."""
+        chat = _chat_value(chat_id)
+        with self._lock:
+            message_id = self._next_message_id(chat)
+        kind = chat_type or _chat_type(chat)
+        sender_id = from_id if from_id is not None else (chat if isinstance(chat, int) else 42)
+        if not isinstance(sender_id, int) or sender_id <= 0:
+            sender_id = 42
+        chat_obj: dict[str, Any] = {"id": chat, "type": kind}
+        if kind == "private":
+            chat_obj["first_name"] = "Test"
+        else:
+            chat_obj["title"] = "Test chat"
+            if is_topic_message:
+                chat_obj["is_forum"] = True
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": chat_obj,
+            "from": {
+                "id": sender_id,
+                "is_bot": from_is_bot,
+                "first_name": "Bot" if from_is_bot else "Test",
+            },
+            "text": text,
+        }
+        if message_thread_id is not None:
+            message["message_thread_id"] = message_thread_id
+        if is_topic_message is not None:
+            message["is_topic_message"] = is_topic_message
+        if reply_to is not None:
+            if isinstance(reply_to, str):
+                with self._lock:
+                    reply_id = self._next_message_id(chat)
+                replied: dict[str, Any] = {
+                    "message_id": reply_id,
+                    "date": int(time.time()),
+                    "chat": dict(chat_obj),
+                    "text": reply_to,
+                }
+            else:
+                replied = dict(reply_to)
+            message["reply_to_message"] = replied
+        update: dict[str, Any] = {"message": message}
+        update_id = self.push_update(update)
+        return {"update_id": update_id, **update}
+
+    def fail_next(
+        self,
+        method: str,
+        kind: FailureKind,
+        *,
+        retry_after: float = 1,
+        times: int = 1,
+        chat_id: int | str | None = None,
+        hang: float = 30.0,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` (optionally only to ``chat_id``) fail.
+
+        ``hang`` bounds how long a ``"timeout_after_store"`` response is withheld before the
+        connection is dropped; stopping the server ends it at once.
+        """
+        if kind not in _KINDS:
+            raise ValueError(f"unknown failure kind {kind!r}; expected one of {_KINDS}")
+        if times < 1:
+            raise ValueError("times must be >= 1")
+        chat = None if chat_id is None else str(_chat_value(chat_id))
+        with self._lock:
+            self._failures.setdefault(method, []).append(
+                _Failure(kind, retry_after, times, chat, hang)
+            )
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def _next_message_id(self, chat: int | str) -> int:
+        # caller holds self._lock
+        value = self._message_ids.get(chat, 0) + 1
+        self._message_ids[chat] = value
+        return value
+
+    def _take_failure(self, method: str, params: Mapping[str, Any]) -> _Failure | None:
+        # caller holds self._lock
+        queue = self._failures.get(method)
+        if not queue:
+            return None
+        chat = str(_chat_value(params.get("chat_id", "")))
+        for failure in queue:
+            if failure.chat_id is not None and failure.chat_id != chat:
+                continue
+            if failure.kind == "thread_not_found" and not params.get("message_thread_id"):
+                continue
+            failure.times -= 1
+            if failure.times <= 0:
+                queue.remove(failure)
+            return failure
+        return None
+
+    def _dispatch(self, method: str, params: dict[str, Any]) -> Any:
+        handler = _METHODS.get(method)
+        if handler is None:
+            raise _ApiError(404, "Not Found")
+        with self._lock:
+            failure = self._take_failure(method, params)
+        if failure is not None and failure.kind == "rate_limit":
+            seconds = failure.retry_after
+            shown = int(seconds) if float(seconds).is_integer() else seconds
+            raise _ApiError(429, f"Too Many Requests: retry after {shown}", {"retry_after": shown})
+        if failure is not None and failure.kind == "thread_not_found":
+            raise _ApiError(400, "Bad Request: message thread not found")
+        result = handler(self, params)
+        if failure is not None and failure.kind == "timeout_after_store":
+            raise _Hang(failure.hang)
+        return result
+
+    def _get_me(self, params: dict[str, Any]) -> Any:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": "Fake Bot",
+            "username": self.username,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+        }
+
+    def _get_updates(self, params: dict[str, Any]) -> Any:
+        offset = params.get("offset")
+        limit = int(params.get("limit") or 100)
+        limit = max(1, min(limit, 100))
+        try:
+            wait = float(params.get("timeout") or 0)
+        except (TypeError, ValueError):
+            wait = 0.0
+        wait = max(0.0, min(wait, self.long_poll_cap))
+        deadline = time.monotonic() + wait
+        with self._cond:
+            if self._webhook is not None:
+                raise _ApiError(
+                    409,
+                    "Conflict: can't use getUpdates method while webhook is active; "
+                    "use deleteWebhook to delete the webhook first",
+                )
+            if offset is not None:
+                offset = int(offset)
+                if offset < 0:
+                    self._updates = self._updates[offset:]
+                else:
+                    self._updates = [u for u in self._updates if u["update_id"] >= offset]
+            while not self._updates and not self._stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            return [dict(u) for u in self._updates[:limit]]
+
+    def _send_message(self, params: dict[str, Any]) -> Any:
+        raw_chat = params.get("chat_id")
+        if raw_chat is None or str(raw_chat).strip() == "":
+            raise _ApiError(400, "Bad Request: chat_id is empty")
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if _utf16_len(text) > _TEXT_LIMIT:
+            raise _ApiError(400, "Bad Request: message is too long")
+        chat = _chat_value(raw_chat)
+        thread = params.get("message_thread_id")
+        reply_to = params.get("reply_to_message_id")
+        reply_parameters = params.get("reply_parameters")
+        if reply_to is None and isinstance(reply_parameters, Mapping):
+            reply_to = reply_parameters.get("message_id")
+        with self._lock:
+            message_id = self._next_message_id(chat)
+            self._sent.append(
+                {
+                    "chat_id": chat,
+                    "text": text,
+                    "reply_to_message_id": reply_to,
+                    "message_thread_id": thread,
+                    "message_id": message_id,
+                }
+            )
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": {"id": chat, "type": _chat_type(chat)},
+            "from": {
+                "id": self.bot_id,
+                "is_bot": True,
+                "first_name": "Fake Bot",
+                "username": self.username,
+            },
+            "text": text,
+        }
+        if thread is not None:
+            message["message_thread_id"] = thread
+            message["is_topic_message"] = True
+        if reply_to is not None:
+            message["reply_to_message"] = {
+                "message_id": reply_to,
+                "date": int(time.time()),
+                "chat": dict(message["chat"]),
+            }
+        return message
+
+    def _send_chat_action(self, params: dict[str, Any]) -> Any:
+        raw_chat = params.get("chat_id")
+        if raw_chat is None or str(raw_chat).strip() == "":
+            raise _ApiError(400, "Bad Request: chat_id is empty")
+        action = params.get("action")
+        if not action:
+            raise _ApiError(400, "Bad Request: action is empty")
+        with self._lock:
+            self._actions.append(
+                {
+                    "chat_id": _chat_value(raw_chat),
+                    "action": action,
+                    "message_thread_id": params.get("message_thread_id"),
+                }
+            )
+        return True
+
+    def _set_webhook(self, params: dict[str, Any]) -> Any:
+        url = params.get("url")
+        with self._lock:
+            self._webhook = dict(params) if url else None
+        return True
+
+    def _delete_webhook(self, params: dict[str, Any]) -> Any:
+        with self._lock:
+            self._webhook = None
+            if params.get("drop_pending_updates"):
+                self._updates.clear()
+        return True
+
+    def _get_webhook_info(self, params: dict[str, Any]) -> Any:
+        with self._lock:
+            hook = self._webhook
+            return {
+                "url": (hook or {}).get("url", ""),
+                "has_custom_certificate": False,
+                "pending_update_count": len(self._updates),
+            }
+
+    def _record(self, method: str, params: dict[str, Any], status: int) -> None:
+        with self._lock:
+            self._calls.append(
+                {"method": method, "params": dict(params), "status": status, "at": time.time()}
+            )
+
+
+_METHODS: dict[str, Any] = {
+    "getMe": FakeBotApi._get_me,
+    "getUpdates": FakeBotApi._get_updates,
+    "sendMessage": FakeBotApi._send_message,
+    "sendChatAction": FakeBotApi._send_chat_action,
+    "setWebhook": FakeBotApi._set_webhook,
+    "deleteWebhook": FakeBotApi._delete_webhook,
+    "getWebhookInfo": FakeBotApi._get_webhook_info,
+}
+
+
+def _make_handler(api: FakeBotApi) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "FakeBotApi/1.0"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            # Silent on purpose: the request line carries the bot token.
+            return
+
+        def do_GET(self) -> None:
+            self._handle(body=b"")
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self._handle(body=self.rfile.read(length) if length else b"")
+
+        def _handle(self, *, body: bytes) -> None:
+            parts = urlsplit(self.path)
+            segments = parts.path.strip("/").split("/")
+            if len(segments) != 2 or not segments[0].startswith("bot"):
+                self._reply(404, {"ok": False, "error_code": 404, "description": "Not Found"})
+                return
+            token, method = segments[0][3:], segments[1]
+            if token != api.token:
+                self._reply(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
+                return
+            try:
+                params = self._params(parts.query, body)
+            except ValueError:
+                api._record(method, {}, 400)
+                self._reply(
+                    400,
+                    {
+                        "ok": False,
+                        "error_code": 400,
+                        "description": "Bad Request: can't parse request body",
+                    },
+                )
+                return
+            try:
+                result = api._dispatch(method, params)
+            except _ApiError as exc:
+                api._record(method, params, exc.status)
+                self._reply(exc.status, exc.body())
+                return
+            except _Hang as hang:
+                api._record(method, params, 0)
+                api._stopping.wait(hang.seconds)
+                self.close_connection = True
+                return
+            api._record(method, params, 200)
+            self._reply(200, {"ok": True, "result": result})
+
+        def _params(self, query: str, body: bytes) -> dict[str, Any]:
+            params: dict[str, Any] = dict(parse_qsl(query, keep_blank_values=True))
+            if body:
+                ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+                text = body.decode("utf-8")
+                if ctype == "application/json":
+                    loaded = json.loads(text)
+                    if not isinstance(loaded, dict):
+                        raise ValueError("JSON body must be an object")
+                    params.update(loaded)
+                elif ctype in ("application/x-www-form-urlencoded", ""):
+                    params.update(parse_qsl(text, keep_blank_values=True))
+                else:
+                    raise ValueError(f"unsupported content type {ctype!r}")
+            return _coerce(params)
+
+        def _reply(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode("utf-8")
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    return Handler
