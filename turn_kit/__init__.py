@@ -64,6 +64,7 @@ def __getattr__(name: str) -> Any:
         return getattr(telegram, name)
     raise AttributeError(f"module 'turn_kit' has no attribute {name!r}")
 
+
 __all__ = [
     "TURN_KIT_VERSION",
     "AgencyCtx",

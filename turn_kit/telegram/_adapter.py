@@ -14,10 +14,10 @@ reply.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from agency_runtime import InvalidArgumentError, ResumableScope, Store, agency
 
@@ -50,6 +50,10 @@ class TelegramDelivery(BaseModel):
     ok: bool
     chat_id: str
     message_ids: list[str]
+    unknown_chunks: list[int] = Field(
+        default_factory=list,
+        description="Chunks (from 1) whose send timed out: they may or may not have arrived.",
+    )
 
 
 class TelegramHandleResult(BaseModel):
@@ -85,34 +89,47 @@ async def send_durably(
     """Send ``text`` in chunks, each chunk a journaled step (inside a run).
 
     Only the first chunk replies to the message and carries the topic. A chunk whose result
-    is not ok or has no message id raises; chunks sent before it stay sent.
+    is not ok or has no message id raises; chunks sent before it stay sent. A chunk whose send
+    timed out (``unknown``) is journaled as such and never resent blindly: the delivery is
+    then not ok, so the turn reports it as unconfirmed instead of sending twice.
     """
     bare = bare_telegram_chat_id(chat_id)
     chunks = chunk_telegram_text(text, chunk_limit)
 
+    def sender(index: int, chunk: str) -> Callable[[], Awaitable[str]]:
+        async def send() -> str:
+            first = index == 0
+            result = await _maybe_await(
+                transport.send_message(
+                    bare,
+                    chunk,
+                    reply_to_message_id=reply_to_message_id if first else None,
+                    thread_id=thread_id if first else None,
+                )
+            )
+            message_id = _field(result, "message_id")
+            if _field(result, "unknown"):
+                return ""  # it may have arrived: journal that, never resend it
+            if not _field(result, "ok") or message_id in (None, ""):
+                raise TurnKitError(
+                    f"Telegram delivery to {bare} returned no receipt for chunk {index + 1}"
+                )
+            return str(message_id)
+
+        return send
+
     async def body(s: ResumableScope) -> TelegramDelivery:
         ids: list[str] = []
+        unknown: list[int] = []
         for index, chunk in enumerate(chunks):
-
-            async def send(index: int = index, chunk: str = chunk) -> str:
-                first = index == 0
-                result = await _maybe_await(
-                    transport.send_message(
-                        bare,
-                        chunk,
-                        reply_to_message_id=reply_to_message_id if first else None,
-                        thread_id=thread_id if first else None,
-                    )
-                )
-                message_id = _field(result, "message_id")
-                if not _field(result, "ok") or message_id in (None, ""):
-                    raise TurnKitError(
-                        f"Telegram delivery to {bare} returned no receipt for chunk {index + 1}"
-                    )
-                return str(message_id)
-
-            ids.append(await s.step(send, name=f"chunk-{index}"))
-        return TelegramDelivery(ok=True, chat_id=bare, message_ids=ids)
+            sent: str = await s.step(sender(index, chunk), name=f"chunk-{index}")
+            if sent:
+                ids.append(sent)
+            else:
+                unknown.append(index + 1)
+        return TelegramDelivery(
+            ok=not unknown, chat_id=bare, message_ids=ids, unknown_chunks=unknown
+        )
 
     return await agency.with_resumable_scope("telegram-send", body)
 
@@ -131,6 +148,7 @@ class TelegramTurnAdapter:
         store: str | Store | None,
         model: str | None,
         chunk_limit: int,
+        typing: bool,
     ) -> None:
         self.runner = create_turn_runner(
             namespace=namespace, memory=memory, context=context, store=store, model=model
@@ -138,6 +156,7 @@ class TelegramTurnAdapter:
         self.owner_chat = owner_chat
         self.transport = transport
         self.chunk_limit = chunk_limit
+        self.typing = typing
 
     async def _owner(self, ctx: Any) -> str | None:
         owner = self.owner_chat
@@ -177,6 +196,17 @@ class TelegramTurnAdapter:
         if reason is not None:
             return TelegramHandleResult(status="skipped", reason=reason, message=message)
         transport = await self._transport_for(ctx)
+        if self.typing and hasattr(transport, "send_chat_action"):
+            try:  # best effort: the indicator is a courtesy, never a reason to fail
+                await _maybe_await(
+                    transport.send_chat_action(
+                        bare_telegram_chat_id(message.chat_id),
+                        "typing",
+                        thread_id=message.thread_id or None,
+                    )
+                )
+            except Exception:
+                pass
 
         async def deliver(text: str) -> TelegramDelivery:
             return await send_durably(
@@ -218,13 +248,15 @@ def create_telegram_turn_adapter(
     store: str | Store | None = None,
     model: str | None = None,
     chunk_limit: int = 4096,
+    typing: bool = False,
 ) -> TelegramTurnAdapter:
     """A Telegram adapter for the turns of ``namespace``.
 
     ``owner_chat``: the one chat allowed to talk to the agent (a chat id, possibly with its
     ``__title`` suffix, or a function of ``ctx`` returning it); without one every update is
     skipped. ``transport``: an object with ``send_message`` (or a function of ``ctx``
-    returning one); the default is the Bot API with ``TELEGRAM_BOT_TOKEN``.
+    returning one); the default is the Bot API with ``TELEGRAM_BOT_TOKEN``. ``typing``: show
+    the typing indicator (``sendChatAction``) when a turn starts.
     """
     if isinstance(chunk_limit, bool) or not isinstance(chunk_limit, int) or chunk_limit < 1:
         raise InvalidArgumentError(f"chunk_limit must be a positive integer, got {chunk_limit!r}")
@@ -237,4 +269,5 @@ def create_telegram_turn_adapter(
         store=store,
         model=model,
         chunk_limit=chunk_limit,
+        typing=typing,
     )
