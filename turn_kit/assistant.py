@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from turn_kit._context_providers import ContextCategory, ContextImportance, TurnContext
 from turn_kit._errors import TurnKitError
 from turn_kit._identity import TurnConversation, conversation_tag, js_trim
 
@@ -74,8 +75,8 @@ MAX_MEMORY_BLOCKS = 10
 MAX_ENRICHMENT_BLOCKS = 8
 """At most this many enrichment candidates become context blocks in one turn."""
 
-Priority = Literal["low", "medium", "high"]
-BlockCategory = Literal["memory", "session", "enrichment", "workspace", "guardrail", "other"]
+Priority = ContextImportance
+BlockCategory = ContextCategory
 SegmentKind = Literal["system", "developer", "guardrail"]
 
 _PRIORITY_ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2}
@@ -110,18 +111,8 @@ def _coerce_candidate(value: Any) -> Any:
     return {name: getattr(value, name) for name in _CANDIDATE_FIELDS if hasattr(value, name)}
 
 
-class ContextBlock(BaseModel):
-    """One prepared context block: memory, session, enrichment or a provider's exact block."""
-
-    model_config = ConfigDict()
-
-    id: str
-    label: str
-    content: str
-    importance: Priority | None = None
-    source: str | None = None
-    category: BlockCategory | None = None
-    metadata: dict[str, Any] | None = None
+ContextBlock = TurnContext
+"""One prepared context block (memory, session, enrichment or a provider's): a TurnContext."""
 
 
 BlockLike = Annotated[ContextBlock, BeforeValidator(_coerce_block)]
