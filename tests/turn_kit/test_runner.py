@@ -267,10 +267,12 @@ async def test_turns_of_one_conversation_run_one_at_a_time_in_arrival_order() ->
     store = MemoryStore()
     turns = runner(store=store)
     timeline: list[str] = []
+    first_inside = anyio.Event()
 
     async def respond(turn: TurnArgs) -> str:
         timeline.append(f"start {turn.input} (history {len(turn.history)})")
-        await anyio.sleep(0.05)
+        first_inside.set()
+        await anyio.sleep(0.05)  # the second turn arrives meanwhile and must wait
         timeline.append(f"end {turn.input}")
         return f"re: {turn.input}"
 
@@ -282,7 +284,7 @@ async def test_turns_of_one_conversation_run_one_at_a_time_in_arrival_order() ->
 
     async with anyio.create_task_group() as group:
         group.start_soon(one, "first", 1)
-        await anyio.sleep(0.01)
+        await first_inside.wait()  # the first turn holds the conversation's lock
         group.start_soon(one, "second", 2)
     assert timeline == [
         "start first (history 0)",

@@ -284,9 +284,11 @@ async def test_turns_of_one_chat_from_parallel_updates_run_in_order() -> None:
     transport = Transport()
     turns = adapter(transport, owner_chat="42")
     timeline: list[str] = []
+    first_inside = anyio.Event()
 
     async def respond(turn: TurnArgs) -> str:
         timeline.append(f"start {turn.input}")
+        first_inside.set()
         await anyio.sleep(0.03)
         timeline.append(f"end {turn.input}")
         return turn.input
@@ -297,6 +299,6 @@ async def test_turns_of_one_chat_from_parallel_updates_run_in_order() -> None:
 
     async with anyio.create_task_group() as group:
         group.start_soon(one, 1)
-        await anyio.sleep(0.01)
+        await first_inside.wait()  # the first turn holds the chat's lock
         group.start_soon(one, 2)
     assert timeline == ["start m1", "end m1", "start m2", "end m2"]
