@@ -7,7 +7,6 @@ optimistic "Done" can escape before the provider confirmed the write.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,17 +15,12 @@ from agency_runtime import InvalidArgumentError
 from ._ctx import log_event
 from ._errors import UnconfirmedTurnActionError
 from ._identity import js_trim
+from ._util import maybe_await
 
 __all__ = ["run_confirmed_turn_action"]
 
 R = TypeVar("R")
 T = TypeVar("T")
-
-
-async def _resolve(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 async def run_confirmed_turn_action(
@@ -61,8 +55,8 @@ async def run_confirmed_turn_action(
             raise InvalidArgumentError(
                 f"turn action {action!r}: {label} must be callable, got {type(callback).__name__}"
             )
-    receipt: R = await _resolve(perform())
-    if not await _resolve(confirm(receipt)):
+    receipt: R = await maybe_await(perform())
+    if not await maybe_await(confirm(receipt)):
         if ctx is not None:
             log_event(ctx, "error", "action-unconfirmed", action=action)
         raise UnconfirmedTurnActionError(
@@ -70,5 +64,5 @@ async def run_confirmed_turn_action(
         )
     if ctx is not None:
         log_event(ctx, "info", "action-confirmed", action=action)
-    result: T = await _resolve(confirmed(receipt))
+    result: T = await maybe_await(confirmed(receipt))
     return result

@@ -10,7 +10,6 @@ when an optional provider returned them (``reference/turn-kit-spec.md`` §3).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +22,7 @@ from agency_runtime import InvalidArgumentError
 from ._ctx import log_event
 from ._history import TurnHistoryEntry
 from ._identity import TurnConversation, js_trim
+from ._util import maybe_await
 
 __all__ = [
     "TurnContext",
@@ -169,10 +169,7 @@ def _sections(value: object, name: str) -> list[TurnContext]:
 
 
 async def _collect(provider: TurnContextProvider, args: TurnContextArgs) -> list[TurnContext]:
-    result = provider.collect(args)
-    if inspect.isawaitable(result):
-        result = await result
-    return _sections(result, provider.name)
+    return _sections(await maybe_await(provider.collect(args)), provider.name)
 
 
 async def collect_turn_context(

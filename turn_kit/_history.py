@@ -18,7 +18,6 @@ Rules worth knowing (``reference/turn-kit-spec.md`` §3):
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -31,6 +30,7 @@ from agency_runtime import InvalidArgumentError
 from ._ctx import log_event
 from ._errors import TurnKitError, TurnMemoryError
 from ._identity import js_trim
+from ._util import maybe_await
 
 __all__ = [
     "RecallOrder",
@@ -261,13 +261,6 @@ def _memory_method(ctx: Any, name: str) -> Callable[..., Any]:
     return method
 
 
-async def _call(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    result = method(*args, **kwargs)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
 async def recall_turn_history(
     ctx: Any,
     tag: str,
@@ -290,13 +283,14 @@ async def recall_turn_history(
     _check_tag(tag)
     try:
         recall = _memory_method(ctx, "recall")
-        recalled = await _call(
-            recall,
-            opts.query,
-            tags=[tag],
-            limit=limit,
-            scope=opts.scope,
-            fail_on_error=opts.required,
+        recalled = await maybe_await(
+            recall(
+                opts.query,
+                tags=[tag],
+                limit=limit,
+                scope=opts.scope,
+                fail_on_error=opts.required,
+            )
         )
     except Exception as exc:
         log_event(ctx, "warn", "memory-recall-failed", error=str(exc))
@@ -336,7 +330,7 @@ async def _save(
         kwargs["ttl_seconds"] = ttl_seconds
     try:
         save = _memory_method(ctx, "save")
-        receipt = await _call(save, content, **kwargs)
+        receipt = await maybe_await(save(content, **kwargs))
     except Exception as exc:
         # The seed logs a failed save at "warn" (memory.ts, 0022e15).
         log_event(ctx, "warn", "memory-save-failed", error=str(exc))

@@ -16,7 +16,6 @@ Failures surface as the seed raises them (the original exception objects), never
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,6 +46,7 @@ from ._history import (
     remember_turn,
 )
 from ._identity import TurnConversation, as_conversation, conversation_tag, js_encode, js_trim
+from ._util import maybe_await
 from ._version import TURN_KIT_VERSION
 
 __all__ = ["TurnArgs", "TurnResponse", "TurnResult", "TurnRunner", "create_turn_runner"]
@@ -103,12 +103,6 @@ class _Live:
 
     receipt: Any = None
     delivered: bool = False
-
-
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 def _project(receipt: Any) -> Any:
@@ -258,7 +252,7 @@ class TurnRunner:
                     if not note or acknowledge is None:
                         return False
                     try:
-                        await _maybe_await(acknowledge(note))
+                        await maybe_await(acknowledge(note))
                     except Exception as exc:
                         log_event(
                             ctx, "warn", "acknowledgement-failed",
@@ -273,16 +267,16 @@ class TurnRunner:
                     ctx=ctx, conversation=conversation, input=text, history=history,
                     context=context, acknowledge=acknowledged, message=message,
                 )  # fmt: skip
-                responded = _response(await _maybe_await(respond(args)))
+                responded = _response(await maybe_await(respond(args)))
                 responded.acknowledgements = acknowledgements
                 return responded
 
             responded: _Responded = await s.step(answer, name="respond", returns=_Responded)
 
             async def send() -> Any:
-                receipt = await _maybe_await(deliver(responded.reply))
+                receipt = await maybe_await(deliver(responded.reply))
                 live.receipt, live.delivered = receipt, True
-                if confirm_delivery is not None and not await _maybe_await(
+                if confirm_delivery is not None and not await maybe_await(
                     confirm_delivery(receipt)
                 ):
                     log_event(ctx, "error", "delivery-unconfirmed", namespace=namespace)

@@ -10,7 +10,6 @@
 """
 
 from ._adapter import (
-    TelegramDelivery,
     TelegramHandleResult,
     TelegramTurnAdapter,
     create_telegram_turn_adapter,
@@ -28,6 +27,7 @@ from ._polling import TelegramPoller
 from ._transport import (
     BotApiTransport,
     CloudTelegramTransport,
+    TelegramDelivery,
     TelegramSendResult,
     TelegramTransport,
     cloud_telegram_transport_from_env,

@@ -13,19 +13,18 @@ reply.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from agency_runtime import InvalidArgumentError, ResumableScope, Store, agency
 
 from .._context_providers import TurnContextProvider
-from .._errors import TurnKitError
 from .._history import TurnMemoryOptions
 from .._identity import conversation_key
 from .._runner import TurnArgs, TurnResult, create_turn_runner
+from .._util import maybe_await
 from ._parse import (
     TelegramMessage,
     bare_telegram_chat_id,
@@ -33,27 +32,18 @@ from ._parse import (
     read_telegram_message,
     telegram_skip_reason,
 )
+from ._transport import (
+    BotApiTransport,
+    TelegramDelivery,
+    cloud_telegram_transport_from_env,
+    send_chunk,
+)
 
 __all__ = [
-    "TelegramDelivery",
     "TelegramHandleResult",
     "TelegramTurnAdapter",
     "create_telegram_turn_adapter",
 ]
-
-
-class TelegramDelivery(BaseModel):
-    """What a chunked send returns: the chat and every chunk's message id."""
-
-    model_config = ConfigDict()
-
-    ok: bool
-    chat_id: str
-    message_ids: list[str]
-    unknown_chunks: list[int] = Field(
-        default_factory=list,
-        description="Chunks (from 1) whose send timed out: they may or may not have arrived.",
-    )
 
 
 class TelegramHandleResult(BaseModel):
@@ -65,16 +55,6 @@ class TelegramHandleResult(BaseModel):
     reason: str | None = None
     message: TelegramMessage | None = None
     result: TurnResult | None = None
-
-
-def _field(value: Any, name: str) -> Any:
-    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
-
-
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value
 
 
 async def send_durably(
@@ -98,23 +78,11 @@ async def send_durably(
 
     def sender(index: int, chunk: str) -> Callable[[], Awaitable[str]]:
         async def send() -> str:
-            first = index == 0
-            result = await _maybe_await(
-                transport.send_message(
-                    bare,
-                    chunk,
-                    reply_to_message_id=reply_to_message_id if first else None,
-                    thread_id=thread_id if first else None,
-                )
-            )
-            message_id = _field(result, "message_id")
-            if _field(result, "unknown"):
-                return ""  # it may have arrived: journal that, never resend it
-            if not _field(result, "ok") or message_id in (None, ""):
-                raise TurnKitError(
-                    f"Telegram delivery to {bare} returned no receipt for chunk {index + 1}"
-                )
-            return str(message_id)
+            sent = await send_chunk(
+                transport, bare, chunk, index,
+                reply_to_message_id=reply_to_message_id, thread_id=thread_id,
+            )  # fmt: skip
+            return "" if sent is None else sent  # "" journals "may have arrived": never resend
 
         return send
 
@@ -162,7 +130,7 @@ class TelegramTurnAdapter:
         owner = self.owner_chat
         if callable(owner):
             try:
-                owner = await _maybe_await(owner(ctx))
+                owner = await maybe_await(owner(ctx))
             except Exception:  # no owner means no turn: fail closed
                 return None
         if owner is None:
@@ -172,10 +140,8 @@ class TelegramTurnAdapter:
     async def _transport_for(self, ctx: Any) -> Any:
         transport = self.transport
         if callable(transport) and not hasattr(transport, "send_message"):
-            transport = await _maybe_await(transport(ctx))
+            transport = await maybe_await(transport(ctx))
         if transport is None:
-            from ._transport import BotApiTransport, cloud_telegram_transport_from_env
-
             transport = cloud_telegram_transport_from_env() or BotApiTransport()
             self.transport = transport  # one client for every later update
         if not hasattr(transport, "send_message"):
@@ -198,7 +164,7 @@ class TelegramTurnAdapter:
         transport = await self._transport_for(ctx)
         if self.typing and hasattr(transport, "send_chat_action"):
             try:  # best effort: the indicator is a courtesy, never a reason to fail
-                await _maybe_await(
+                await maybe_await(
                     transport.send_chat_action(
                         bare_telegram_chat_id(message.chat_id),
                         "typing",

@@ -29,12 +29,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from agency_runtime import InvalidArgumentError
 
 from .._errors import TurnKitError
-from ._adapter import TelegramDelivery
+from .._util import field, maybe_await
 from ._parse import bare_telegram_chat_id, chunk_telegram_text
 
 __all__ = [
@@ -650,10 +650,54 @@ def cloud_telegram_transport_from_env(
 # -- chunked send ------------------------------------------------------------------------------
 
 
-def _field(value: Any, name: str) -> Any:
-    if isinstance(value, Mapping):
-        return value.get(name)
-    return getattr(value, name, None)
+class TelegramDelivery(BaseModel):
+    """What a chunked send returns: the chat and every chunk's message id."""
+
+    model_config = ConfigDict()
+
+    ok: bool
+    chat_id: str
+    message_ids: list[str]
+    unknown_chunks: list[int] = Field(
+        default_factory=list,
+        description="Chunks (from 1) whose send timed out: they may or may not have arrived.",
+    )
+
+
+async def send_chunk(
+    transport: Any,
+    chat_id: str,
+    chunk: str,
+    index: int,
+    *,
+    reply_to_message_id: str | int | None = None,
+    thread_id: str | int | None = None,
+) -> str | None:
+    """Send chunk ``index`` (from 0) of a reply; return its message id.
+
+    Only the first chunk replies to the message and carries the topic. ``None`` means the
+    send timed out and may have arrived. A result that is not ok or has no message id
+    raises ``TurnKitError("Telegram delivery to <id> returned no receipt for chunk <n>")``.
+    """
+    first = index == 0
+    result = await maybe_await(
+        transport.send_message(
+            chat_id,
+            chunk,
+            reply_to_message_id=(
+                None if not first or reply_to_message_id is None else str(reply_to_message_id)
+            ),
+            thread_id=None if not first or thread_id is None else str(thread_id),
+        )
+    )
+    if field(result, "unknown"):
+        return None
+    message_id = field(result, "message_id")
+    if not field(result, "ok") or message_id is None or str(message_id) == "":
+        raise TurnKitError(
+            f"Telegram delivery to {chat_id} returned no receipt for chunk {index + 1}"
+        )
+    return str(message_id)
 
 
 async def send_telegram_text(
@@ -679,26 +723,14 @@ async def send_telegram_text(
         raise TurnKitError(f"Telegram delivery to {target}: the text is blank; nothing to send")
     message_ids: list[str] = []
     for index, chunk in enumerate(chunks):
-        first = index == 0
-        result = transport.send_message(
-            target,
-            chunk,
-            reply_to_message_id=(
-                None if not first or reply_to_message_id is None else str(reply_to_message_id)
-            ),
-            thread_id=None if not first or thread_id is None else str(thread_id),
-        )
-        if hasattr(result, "__await__"):
-            result = await result
-        message_id = _field(result, "message_id")
-        if not _field(result, "ok") or message_id is None or str(message_id) == "":
-            suffix = (
-                " (the send timed out; it may still have arrived)"
-                if _field(result, "unknown")
-                else ""
-            )
+        sent = await send_chunk(
+            transport, target, chunk, index,
+            reply_to_message_id=reply_to_message_id, thread_id=thread_id,
+        )  # fmt: skip
+        if sent is None:
             raise TurnKitError(
-                f"Telegram delivery to {target} returned no receipt for chunk {index + 1}" + suffix
+                f"Telegram delivery to {target} returned no receipt for chunk {index + 1} "
+                "(the send timed out; it may still have arrived)"
             )
-        message_ids.append(str(message_id))
+        message_ids.append(sent)
     return TelegramDelivery(ok=True, chat_id=target, message_ids=message_ids)
