@@ -27,13 +27,17 @@ from ._interrupts import approve
 from ._scope import ResumableScope
 from ._store import DEFAULT_STORE_URL
 
-__all__ = ["main"]
+__all__ = ["main", "offline_assistant_reply"]
 
 STEP_RUNS: dict[str, int] = {}
 
 
-def _assistant_reply(prompt: str) -> str:
-    """The offline stand-in for a model: answers from the prompt (history included)."""
+def offline_assistant_reply(prompt: str) -> str:
+    """The offline stand-in for a model: answers a chat prompt from its history and context.
+
+    It reads the text after ``Message:`` and answers introductions, "what's my name" (from
+    the history in the prompt) and open tasks (from an ``Open tasks:`` context line).
+    """
     message = prompt.rsplit("Message:", 1)[-1].strip()
     lowered = message.lower()
     if match := re.search(r"my name is (\w+)", message, re.IGNORECASE):
@@ -59,7 +63,7 @@ async def _telegram_part(store: str, model: str | None) -> int:
     from .testing import FakeModel, FakeRequest
 
     def offline(request: FakeRequest) -> str:
-        return _assistant_reply(str(request.messages[-1]["content"]))
+        return offline_assistant_reply(str(request.messages[-1]["content"]))
 
     fake = FakeModel("demo-assistant", function=offline).register()
     chosen = model or fake.model

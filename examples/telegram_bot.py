@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import uuid
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import anyio
 
 from agency_runtime import DEFAULT_STORE_URL, agency
+from agency_runtime.demo import offline_assistant_reply
 from agency_runtime.testing import FakeModel, FakeRequest
 from turn_kit import TurnArgs, agency_ctx, define_turn_context
 from turn_kit.telegram import (
@@ -69,23 +69,8 @@ TASKS_CONTEXT = define_turn_context(
 )
 
 
-def offline_reply(prompt: str) -> str:
-    """The offline stand-in for a model: answers from the prompt (history and context)."""
-    message = prompt.rsplit("Message:", 1)[-1].strip()
-    lowered = message.lower()
-    if match := re.search(r"my name is (\w+)", message, re.IGNORECASE):
-        return f"Nice to meet you, {match.group(1)}! I'll remember that."
-    if "my name" in lowered:
-        names = re.findall(r"my name is (\w+)", prompt, re.IGNORECASE)
-        return f"You're {names[-1]}." if names else "You haven't told me your name yet."
-    if "task" in lowered:
-        tasks = re.search(r"Open tasks: (.*)", prompt)
-        return f"Your open tasks: {tasks.group(1) if tasks else 'none'}."
-    return f"Noted: {message}"
-
-
 def _offline_model(request: FakeRequest) -> str:
-    return offline_reply(str(request.messages[-1]["content"]))
+    return offline_assistant_reply(str(request.messages[-1]["content"]))
 
 
 OFFLINE_MODEL = FakeModel("telegram-assistant", function=_offline_model)

@@ -61,6 +61,10 @@ class TurnCtx(Protocol):
     memory: Any
 
 
+def _to_logging(log: logging.Logger, level: str, message: str, attrs: dict[str, Any]) -> None:
+    log.log(_LEVELS.get(level, logging.INFO), "%s %s", message, attrs if attrs else "")
+
+
 def log_event(ctx: Any, level: str, event: str, **attrs: Any) -> None:
     """Log ``turn-kit.<event>`` through ``ctx.log`` when it has one, else stdlib logging.
 
@@ -78,7 +82,7 @@ def log_event(ctx: Any, level: str, event: str, **attrs: Any) -> None:
         except Exception:  # a broken logger must not break the turn
             logger.exception("ctx.log raised while logging %s", name)
         return
-    logger.log(_LEVELS.get(level, logging.INFO), "%s %s", name, attrs if attrs else "")
+    _to_logging(logger, level, name, attrs)
 
 
 class _Llm:
@@ -98,7 +102,7 @@ class AgencyCtx:
 
     def log(self, level: str, message: str, **attrs: Any) -> None:
         """Write ``message`` (with ``attrs``) to stdlib logging at ``level``."""
-        self._logger.log(_LEVELS.get(level, logging.INFO), "%s %s", message, attrs if attrs else "")
+        _to_logging(self._logger, level, message, attrs)
 
 
 def agency_ctx(
