@@ -148,6 +148,15 @@ class TurnRunner:
         self.store = store
         self.model = model
 
+    def run_id_for(
+        self, conversation: TurnConversation | dict[str, str], message_id: str | int
+    ) -> str:
+        """The run id :meth:`run` gives the turn of ``message_id`` in ``conversation``
+        (the conversation tag, ``#``, the encoded message id): look the turn's run up with
+        ``agency.runs.get(run_id, store=runner.store)``."""
+        tag = conversation_tag(self.namespace, as_conversation(conversation))
+        return f"{tag}#{js_encode(str(message_id))}"
+
     async def run(
         self,
         ctx: Any,

@@ -7,6 +7,10 @@
   :class:`CloudTelegramTransport` send; :func:`send_telegram_text` chunks and threads.
 * :func:`webhook_app` (ASGI) and :class:`TelegramPoller` (``getUpdates``) receive.
 * :class:`FakeBotApi` is a Bot API served on loopback, for tests and offline demos.
+
+Constructing any of them installs a logging filter that scrubs bot tokens (httpx logs every
+request URL, which carries the token) from the ``httpx``, ``httpcore``, python-telegram-bot
+and ``turn_kit.telegram`` loggers; the errors they raise are scrubbed too.
 """
 
 from ._adapter import (

@@ -8,17 +8,31 @@ a crash in the middle of a long reply re-sends at most the chunk that was in fli
 
 The turn's run id comes from the chat, the topic and the message id (plus ``@<edit_date>``
 for an edited message), so a redelivered update gets the stored result, never a second
-reply.
+reply. :meth:`TelegramTurnAdapter.run_id_for` gives that id for a payload (``None`` when it
+would be skipped) and :meth:`TelegramTurnAdapter.turn_record` the stored run: the webhook and
+the poller count a failing update's attempts there (durably), and stop retrying one after
+:data:`MAX_ATTEMPTS` (see :func:`given_up`).
+
+An adapter without an owner chat skips every update; it says so once, as a WARNING on the
+``turn_kit.telegram`` logger. Constructing an adapter installs the token-redacting log filter.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from agency_runtime import InvalidArgumentError, ResumableScope, Store, agency
+from agency_runtime import (
+    InvalidArgumentError,
+    ResumableScope,
+    RunNotFoundError,
+    RunRecord,
+    Store,
+    agency,
+)
 
 from .._context_providers import TurnContextProvider
 from .._history import TurnMemoryOptions
@@ -32,6 +46,7 @@ from ._parse import (
     read_telegram_message,
     telegram_skip_reason,
 )
+from ._redact import install_token_redaction
 from ._transport import (
     BotApiTransport,
     TelegramDelivery,
@@ -40,10 +55,31 @@ from ._transport import (
 )
 
 __all__ = [
+    "MAX_ATTEMPTS",
     "TelegramHandleResult",
     "TelegramTurnAdapter",
     "create_telegram_turn_adapter",
+    "given_up",
 ]
+
+logger = logging.getLogger("turn_kit.telegram")
+
+MAX_ATTEMPTS = 3
+"""A turn that failed this many times is given up: the webhook answers 200 (so Telegram stops
+redelivering the update) and the poller moves past it. Counted from the turn's stored run
+(``RunRecord.attempts``), so a restarted process keeps counting."""
+
+_NO_OWNER = "no owner chat configured"
+
+
+def given_up(record: RunRecord | None) -> bool:
+    """Whether a turn's stored run is over for good: cancelled, or failed
+    :data:`MAX_ATTEMPTS` times (a poison update). ``None`` (never started) is not."""
+    if record is None:
+        return False
+    if record.status == "cancelled":
+        return True
+    return record.status == "failed" and record.attempts >= MAX_ATTEMPTS
 
 
 class TelegramHandleResult(BaseModel):
@@ -125,6 +161,26 @@ class TelegramTurnAdapter:
         self.transport = transport
         self.chunk_limit = chunk_limit
         self.typing = typing
+        self._warned_no_owner = False
+        install_token_redaction()
+        if owner_chat is None or (isinstance(owner_chat, str) and not owner_chat.strip()):
+            self._warn_no_owner()
+
+    def _warn_no_owner(self) -> None:
+        """Say, once per adapter, that without an owner chat every update is skipped."""
+        if self._warned_no_owner:
+            return
+        self._warned_no_owner = True
+        if callable(self.owner_chat):
+            why = "its owner_chat= function returned no chat id (or raised)"
+        else:
+            why = "owner_chat= is not set"
+        logger.warning(
+            "Telegram adapter %r has no owner chat (%s): every update is skipped (%r) until "
+            "it has one; pass owner_chat=<chat id>, or a function of ctx returning it, to "
+            "create_telegram_turn_adapter",
+            self.runner.namespace, why, _NO_OWNER,
+        )  # fmt: skip
 
     async def _owner(self, ctx: Any) -> str | None:
         owner = self.owner_chat
@@ -151,14 +207,51 @@ class TelegramTurnAdapter:
             )
         return transport
 
+    async def _read(self, ctx: Any, payload: Any) -> tuple[TelegramMessage | None, str | None]:
+        """The update's message and why it is skipped (``None``: it gets a turn)."""
+        message = read_telegram_message(payload)
+        if message is None:
+            return None, "unusable Telegram message"
+        reason = telegram_skip_reason(message, await self._owner(ctx))
+        if reason == _NO_OWNER:
+            self._warn_no_owner()
+        return message, reason
+
+    @staticmethod
+    def _conversation(message: TelegramMessage) -> dict[str, str]:
+        key = conversation_key(bare_telegram_chat_id(message.chat_id), message.thread_id)
+        return {"transport": "telegram", "id": key}
+
+    @staticmethod
+    def _turn_id(message: TelegramMessage) -> str:
+        if message.edit_date:
+            return f"{message.message_id}@{message.edit_date}"  # an edit gets its own answer
+        return message.message_id
+
+    async def run_id_for(self, ctx: Any, *, payload: Any) -> str | None:
+        """The run id :meth:`handle` gives the turn of ``payload``, or ``None`` when the update
+        would be skipped (it gets no run). Calls an ``owner_chat`` function, as ``handle``
+        does."""
+        message, reason = await self._read(ctx, payload)
+        if message is None or reason is not None:
+            return None
+        return self.runner.run_id_for(self._conversation(message), self._turn_id(message))
+
+    async def turn_record(self, run_id: str) -> RunRecord | None:
+        """The stored run of a turn (``status``, ``attempts``, ``error``, …), or ``None`` when
+        it never started."""
+        try:
+            return await agency.runs.get(run_id, store=self.runner.store)
+        except RunNotFoundError:
+            return None
+
     async def handle(
         self, ctx: Any, *, payload: Any, respond: Callable[[TurnArgs], Any]
     ) -> TelegramHandleResult:
         """Run the turn for one update (``payload``: the update as JSON data)."""
-        message = read_telegram_message(payload)
+        message, reason = await self._read(ctx, payload)
         if message is None:
-            return TelegramHandleResult(status="skipped", reason="unusable Telegram message")
-        reason = telegram_skip_reason(message, await self._owner(ctx))
+            return TelegramHandleResult(status="skipped", reason=reason)
         if reason is not None:
             return TelegramHandleResult(status="skipped", reason=reason, message=message)
         transport = await self._transport_for(ctx)
@@ -184,21 +277,15 @@ class TelegramTurnAdapter:
                 chunk_limit=self.chunk_limit,
             )
 
-        turn_id = message.message_id
-        if message.edit_date:
-            turn_id = f"{turn_id}@{message.edit_date}"  # an edit gets its own answer
         result = await self.runner.run(
             ctx,
-            conversation={
-                "transport": "telegram",
-                "id": conversation_key(bare_telegram_chat_id(message.chat_id), message.thread_id),
-            },
+            conversation=self._conversation(message),
             input=message.text,
             respond=respond,
             deliver=deliver,
             acknowledge=deliver,
             confirm_delivery=lambda receipt: bool(receipt.ok and receipt.message_ids),
-            message_id=turn_id,
+            message_id=self._turn_id(message),
             message=message,
         )
         return TelegramHandleResult(status="handled", message=message, result=result)
@@ -220,9 +307,10 @@ def create_telegram_turn_adapter(
 
     ``owner_chat``: the one chat allowed to talk to the agent (a chat id, possibly with its
     ``__title`` suffix, or a function of ``ctx`` returning it); without one every update is
-    skipped. ``transport``: an object with ``send_message`` (or a function of ``ctx``
-    returning one); the default is the Bot API with ``TELEGRAM_BOT_TOKEN``. ``typing``: show
-    the typing indicator (``sendChatAction``) when a turn starts.
+    skipped, and the adapter logs a WARNING saying so (once). ``transport``: an object with
+    ``send_message`` (or a function of ``ctx`` returning one); the default is the Bot API with
+    ``TELEGRAM_BOT_TOKEN``. ``typing``: show the typing indicator (``sendChatAction``) when a
+    turn starts.
     """
     if isinstance(chunk_limit, bool) or not isinstance(chunk_limit, int) or chunk_limit < 1:
         raise InvalidArgumentError(f"chunk_limit must be a positive integer, got {chunk_limit!r}")

@@ -18,6 +18,9 @@ Failures are injected with :meth:`FakeBotApi.fail_next`: ``"rate_limit"`` (429 w
 never comes: the handler waits ``hang`` seconds and drops the connection) and
 ``"thread_not_found"`` (400 "Bad Request: message thread not found", only for a request that
 carries a ``message_thread_id``).
+
+Constructing one installs the token-redacting log filter (its clients log URLs that carry the
+token), as every Telegram component does.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
+
+from ._redact import install_token_redaction
 
 __all__ = ["FailureKind", "FakeBotApi"]
 
@@ -147,6 +152,7 @@ class FakeBotApi:
         username: str = "fake_bot",
         long_poll_cap: float = 5.0,
     ) -> None:
+        install_token_redaction(token)
         self.token = token
         self.host = host
         self.username = username

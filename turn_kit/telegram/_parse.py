@@ -2,7 +2,8 @@
 
 ``read_telegram_message`` accepts a Bot API update (``message``, ``edited_message``,
 ``business_message`` or ``channel_post``), the seed's normalised ``telegram`` envelope, or a
-``data`` wrapper around either, and never raises: anything unusable gives ``None``.
+``data`` wrapper around either, and never raises: anything unusable gives ``None``. It is the
+parsing boundary for text: lone surrogates in its fields become U+FFFD.
 
 ``chunk_telegram_text`` counts lengths in UTF-16 code units, as Telegram does, never splits a
 surrogate pair and never yields a whitespace-only chunk (Telegram rejects those with 400
@@ -76,10 +77,23 @@ def _get(record: dict[object, object] | None, key: str) -> object:
     return record.get(key)
 
 
+def _well_formed(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a surrogate pair spelled as two
+    code points is joined into its character). JSON may carry lone surrogates (``"\\ud800"``),
+    which no UTF-8 encoder accepts: left in, they would fail deep inside the turn (its run
+    id, its stored arguments) instead of here."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def _scalar(value: object) -> str | None:
-    """A non-empty string (untrimmed) or an int (not a bool) as a string; else ``None``."""
+    """A non-empty string (untrimmed, lone surrogates → U+FFFD) or an int (not a bool) as a
+    string; else ``None``."""
     if isinstance(value, str):
-        return value or None
+        return _well_formed(value) or None
     if isinstance(value, int) and not isinstance(value, bool):
         try:
             return str(value)
@@ -127,7 +141,9 @@ def read_telegram_message(payload: object) -> TelegramMessage | None:
       ``message_thread_id`` only when that message's ``is_topic_message`` is true, so the
       General topic (or a reply thread of a non-forum group) is never echoed.
     * Scalars: a non-empty string is kept untrimmed, an int becomes a string, anything else
-      is absent.
+      is absent. A lone surrogate in a string (JSON can spell one, ``"\\ud800"``) becomes
+      U+FFFD, so every field can be encoded as UTF-8: such a message is answered (or skipped)
+      like any other, never failing later inside its turn.
 
     Never raises for JSON-like input.
     """

@@ -11,7 +11,10 @@
 * :func:`send_telegram_text` — the seed's ``sendTelegramText``: bare chat id, UTF-16 chunks,
   only the first chunk threaded, every chunk must come back with a message id.
 
-Tokens are never logged, repr'd or put in an error message.
+Tokens are never logged, repr'd or put in an error message: constructing a transport installs
+the redacting log filter of :mod:`turn_kit.telegram._redact` (httpx logs every request URL,
+which carries the bot token), and every error it raises, with the errors chained to it, is
+scrubbed case-insensitively before it leaves (it may end up in a stored run error).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-import logging
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -36,6 +38,7 @@ from agency_runtime import InvalidArgumentError
 from .._errors import TurnKitError
 from .._util import field, maybe_await
 from ._parse import bare_telegram_chat_id, chunk_telegram_text
+from ._redact import install_token_redaction, scrub_exception, scrub_text
 
 __all__ = [
     "CLOUD_API_TOKEN_ENV",
@@ -188,33 +191,8 @@ class _Ptb:
 @functools.cache
 def _ptb() -> _Ptb:
     ptb = _Ptb()
-    _redact_tokens_in(logging.getLogger("httpx"), logging.getLogger(ptb.Bot._LOGGER.name))
+    install_token_redaction(loggers=(ptb.Bot._LOGGER.name,))
     return ptb
-
-
-_TOKEN_IN_URL = re.compile(r"bot\d+:[A-Za-z0-9_-]+")
-
-
-class _TokenRedactor(logging.Filter):
-    """Rewrites ``bot<id>:<secret>`` to ``bot<token>`` in a record (httpx logs every request
-    URL at INFO and PTB logs its API URL at DEBUG; both carry the token)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a broken record is not ours to fix
-            return True
-        redacted = _TOKEN_IN_URL.sub("bot<token>", message)
-        if redacted != message:
-            record.msg = redacted
-            record.args = None
-        return True
-
-
-def _redact_tokens_in(*loggers: logging.Logger) -> None:
-    for logger in loggers:
-        if not any(isinstance(f, _TokenRedactor) for f in logger.filters):
-            logger.addFilter(_TokenRedactor())
 
 
 def _retry_after_from(payload: bytes) -> float | None:
@@ -310,6 +288,7 @@ class BotApiTransport:
                 f"max_retries must be a non-negative int, got {max_retries!r}"
             )
         self.__token = resolved.strip()
+        install_token_redaction(self.__token)
         self.base_url = base_url.rstrip("/")
         self.timeout = float(timeout)
         self.max_retries = max_retries
@@ -363,9 +342,12 @@ class BotApiTransport:
         await self.aclose()
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self.__token, "<token>")
+        return scrub_text(text, self.__token)
 
     def _failure(self, what: str, chat: str, exc: BaseException) -> TurnKitError:
+        """The error to raise for ``exc``; ``exc`` (chained as its cause) is scrubbed in place,
+        so neither message carries the token, whatever its case."""
+        scrub_exception(exc, self.__token)
         detail = self._scrub(str(exc)) or type(exc).__name__
         return TurnKitError(f"Telegram {what} to {chat} failed: {detail}")
 
@@ -523,6 +505,7 @@ class CloudTelegramTransport:
             raise InvalidArgumentError(f"timeout must be a positive number, got {timeout!r}")
         self.endpoint = f"{api_url.strip().rstrip('/')}/api/v1/proxy/telegram"
         self.__token = token.strip()
+        install_token_redaction(self.__token)
         self.timeout = float(timeout)
         self._client = client
         self._owns_client = client is None
@@ -579,14 +562,16 @@ class CloudTelegramTransport:
                 timeout=self.timeout,
             )
         except httpx.TimeoutException as exc:
+            scrub_exception(exc, self.__token)
             raise TurnKitError(f"Telegram Cloud proxy timed out after {self.timeout:g}s") from exc
         except httpx.HTTPError as exc:
+            scrub_exception(exc, self.__token)
             raise TurnKitError(
                 f"Telegram Cloud proxy request failed: {type(exc).__name__}"
             ) from exc
         try:
             payload: object = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             payload = None
         parsed = _record(payload)
         if not response.is_success or (parsed is not None and parsed.get("ok") is False):
@@ -598,9 +583,10 @@ class CloudTelegramTransport:
                         break
             if detail is None:
                 detail = f"HTTP {response.status_code}"
-            text_detail = (detail if isinstance(detail, str) else json.dumps(detail, default=str))[
-                :_DETAIL_CAP
-            ]
+            text_detail = scrub_text(  # scrubbed before the cap, which could halve a token
+                detail if isinstance(detail, str) else json.dumps(detail, default=str),
+                self.__token,
+            )[:_DETAIL_CAP]
             raise TurnKitError(
                 f"Telegram Cloud proxy failed ({response.status_code}): {text_detail}"
             )
@@ -676,20 +662,25 @@ async def send_chunk(
     """Send chunk ``index`` (from 0) of a reply; return its message id.
 
     Only the first chunk replies to the message and carries the topic. ``None`` means the
-    send timed out and may have arrived. A result that is not ok or has no message id
+    send timed out and may have arrived. An error the transport raises is scrubbed of bot
+    tokens (in place) before it propagates. A result that is not ok or has no message id
     raises ``TurnKitError("Telegram delivery to <id> returned no receipt for chunk <n>")``.
     """
     first = index == 0
-    result = await maybe_await(
-        transport.send_message(
-            chat_id,
-            chunk,
-            reply_to_message_id=(
-                None if not first or reply_to_message_id is None else str(reply_to_message_id)
-            ),
-            thread_id=None if not first or thread_id is None else str(thread_id),
+    try:
+        result = await maybe_await(
+            transport.send_message(
+                chat_id,
+                chunk,
+                reply_to_message_id=(
+                    None if not first or reply_to_message_id is None else str(reply_to_message_id)
+                ),
+                thread_id=None if not first or thread_id is None else str(thread_id),
+            )
         )
-    )
+    except Exception as exc:  # any transport's error: no token in what a run stores
+        scrub_exception(exc)
+        raise
     if field(result, "unknown"):
         return None
     message_id = field(result, "message_id")

@@ -2,11 +2,19 @@
 
 * The ``X-Telegram-Bot-Api-Secret-Token`` header must equal ``secret_token`` (compared in
   constant time): missing → 401, wrong → 403, and nothing runs.
-* Each update is recorded in the store before it is handled, and marked done after; a
-  repeated ``update_id`` that is done is answered 200 at once, without a second turn.
+* A body that is not a JSON object (invalid JSON, nested too deeply to parse, larger than
+  1 MiB, a list, …) → 400, and nothing runs. Lone surrogates in its strings are read as
+  U+FFFD (see :func:`~turn_kit.telegram.read_telegram_message`), so they never fail a turn.
+* No state of its own: deduplication is the turn's run id (chat + topic + message id), so a
+  redelivered update whose turn completed is answered 200 (``"duplicate": true``) without a
+  second turn, and two bots, or Telegram restarting its ``update_id`` counter, never shadow
+  each other's messages. A turn paused on an interrupt answers 200 (``"status": "paused"``).
 * The app answers 200 only once the update was handled (its turn is durable by then); if
   handling fails it answers 500, so Telegram delivers the update again and the turn resumes
-  from its journal.
+  from its journal — until the turn's run has failed
+  :data:`~turn_kit.telegram._adapter.MAX_ATTEMPTS` times (counted in the store): then it
+  answers 200 (``"status": "failed"``) and logs the update as given up, so a poison update
+  stops being redelivered.
 """
 
 from __future__ import annotations
@@ -14,15 +22,16 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import warnings
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from agency_runtime import InvalidArgumentError, Store
-from agency_runtime._store import resolve_store
 
 from .._errors import TurnPausedError
 from .._runner import TurnArgs
-from ._adapter import TelegramTurnAdapter
+from ._adapter import MAX_ATTEMPTS, TelegramTurnAdapter, given_up
+from ._redact import install_token_redaction
 
 __all__ = ["webhook_app"]
 
@@ -34,7 +43,6 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _MAX_BODY = 1 << 20
-_NAMESPACE = "telegram-webhook"
 
 
 async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
@@ -68,6 +76,29 @@ async def _body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
+def _update(raw: bytes | None) -> dict[str, Any] | None:
+    """The update in a request body, or ``None`` when it is not a JSON object."""
+    if raw is None:
+        return None
+    try:
+        update = json.loads(raw)
+    except (ValueError, RecursionError):  # invalid (or non-UTF-8) JSON, or nested too deep
+        return None
+    return update if isinstance(update, dict) else None
+
+
+def _label(update: dict[str, Any]) -> str:
+    """The update's id for a log line (never more than a short, printable text)."""
+    update_id = update.get("update_id")
+    if isinstance(update_id, bool) or update_id is None:
+        return ascii(update_id)
+    if isinstance(update_id, int):
+        return str(update_id) if abs(update_id) < 10**30 else "<huge>"
+    if isinstance(update_id, str):
+        return ascii(update_id[:40])
+    return f"<{type(update_id).__name__}>"
+
+
 def webhook_app(
     adapter: TelegramTurnAdapter,
     *,
@@ -76,14 +107,63 @@ def webhook_app(
     secret_token: str,
     store: str | Store | None = None,
 ) -> ASGIApp:
-    """An ASGI app that handles Telegram webhook updates with ``adapter``.
+    """An ASGI app that handles Telegram webhook updates with ``adapter`` (see the module
+    docstring for the answers it gives).
 
-    ``store`` keeps the update ids seen (default: the adapter's store).
+    ``store`` is deprecated and ignored: the app keeps no state of its own; a turn's run (in
+    the adapter's store) is what makes a redelivered update a duplicate.
     """
     if not isinstance(secret_token, str) or not secret_token:
         raise InvalidArgumentError("webhook_app needs secret_token: the secret set on setWebhook")
+    if store is not None:
+        warnings.warn(
+            "webhook_app(store=...) is ignored: updates are deduplicated by their turn's run "
+            "in the adapter's store",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    install_token_redaction()
     expected = secret_token.encode()
-    chosen = store if store is not None else adapter.runner.store
+
+    async def answer(update: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Handle one update: the HTTP status and JSON body to answer Telegram with."""
+        label = _label(update)
+        run_id: str | None = None
+        try:
+            run_id = await adapter.run_id_for(ctx, payload=update)
+            record = None if run_id is None else await adapter.turn_record(run_id)
+            if record is not None and (record.status == "paused" or given_up(record)):
+                # a redelivery of a turn waiting for a human, or of one given up: no new turn
+                return 200, {"ok": True, "duplicate": True, "status": record.status,
+                             "run_id": run_id}  # fmt: skip
+            if record is not None and record.status == "completed":
+                return 200, {"ok": True, "duplicate": True, "status": "handled",
+                             "run_id": run_id}  # fmt: skip
+            outcome = await adapter.handle(ctx, payload=update, respond=respond)
+        except TurnPausedError as paused:
+            # Accepted and waiting for a human: answering the interrupts finishes the turn.
+            return 200, {"ok": True, "status": "paused", "run_id": paused.result.run_id}
+        except Exception:
+            record = None
+            if run_id is not None:
+                try:
+                    record = await adapter.turn_record(run_id)
+                except Exception:  # the store is failing too: let Telegram retry
+                    record = None
+            if record is not None and given_up(record):
+                logger.exception(
+                    "Telegram update %s failed %d times; giving it up (run %s is %s)",
+                    label, record.attempts, run_id, record.status,
+                )  # fmt: skip
+                return 200, {"ok": True, "status": record.status, "run_id": run_id,
+                             "attempts": record.attempts}  # fmt: skip
+            attempts = "?" if record is None else str(record.attempts)
+            logger.exception(
+                "Telegram update %s failed (attempt %s of %d); Telegram will deliver it again",
+                label, attempts, MAX_ATTEMPTS,
+            )  # fmt: skip
+            return 500, {"ok": False, "description": "the update failed"}
+        return 200, {"ok": True, "status": outcome.status, "reason": outcome.reason}
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -107,38 +187,11 @@ def webhook_app(
         if not hmac.compare_digest(given, expected):
             await _reply(send, 403, {"ok": False, "description": "wrong secret token"})
             return
-        raw = await _body(receive)
-        try:
-            update = json.loads(raw) if raw is not None else None
-        except ValueError:
-            update = None
-        if not isinstance(update, dict):
+        update = _update(await _body(receive))
+        if update is None:
             await _reply(send, 400, {"ok": False, "description": "the body is not a JSON update"})
             return
-        store_ = resolve_store(chosen)
-        update_id = update.get("update_id")
-        key = str(update_id) if isinstance(update_id, int | str) else None
-        if key is not None and await store_.get_document(_NAMESPACE, key) in ("done", "paused"):
-            await _reply(send, 200, {"ok": True, "duplicate": True})
-            return
-        if key is not None:
-            await store_.put_document(_NAMESPACE, key, "accepted")
-        try:
-            outcome = await adapter.handle(ctx, payload=update, respond=respond)
-        except TurnPausedError as paused:
-            # Accepted and waiting for a human: answering the interrupts finishes the turn.
-            if key is not None:
-                await store_.put_document(_NAMESPACE, key, "paused")
-            await _reply(
-                send, 200, {"ok": True, "status": "paused", "run_id": paused.result.run_id}
-            )
-            return
-        except Exception:
-            logger.exception("Telegram update %s failed; Telegram will deliver it again", key)
-            await _reply(send, 500, {"ok": False, "description": "the update failed"})
-            return
-        if key is not None:
-            await store_.put_document(_NAMESPACE, key, "done")
-        await _reply(send, 200, {"ok": True, "status": outcome.status, "reason": outcome.reason})
+        status, body = await answer(update)
+        await _reply(send, status, body)
 
     return app
