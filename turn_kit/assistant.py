@@ -21,6 +21,13 @@ by :class:`TurnContextAssembler`, since no Python package provides them.
         )
     )
     assembly.harness_projection.instructions.system_prompt
+
+Inputs may be models or dicts of their fields (snake_case). Guardrails are a list of
+:class:`Guardrail` or the seed's ``{"overlays": [...]}`` (:class:`GuardrailInput`). A dict input
+that does not validate raises :class:`~agency_runtime.InvalidArgumentError` (a ``ValueError``)
+naming the fields, with pydantic's ``ValidationError`` chained; the turn-context checks of the
+spec (a blank id or prompt, a duplicate block id) raise :class:`TurnContextValidationError`, a
+subclass of it.
 """
 
 from __future__ import annotations
@@ -30,8 +37,17 @@ import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from agency_runtime import InvalidArgumentError
 from turn_kit._context_providers import ContextCategory, ContextImportance, TurnContext
 from turn_kit._errors import TurnKitError
 from turn_kit._identity import TurnConversation, conversation_tag, js_trim
@@ -44,6 +60,7 @@ __all__ = [
     "ContextBlock",
     "EnrichmentCandidate",
     "Guardrail",
+    "GuardrailInput",
     "HarnessContext",
     "HarnessContextBlock",
     "HarnessInstructions",
@@ -82,17 +99,35 @@ SegmentKind = Literal["system", "developer", "guardrail"]
 _PRIORITY_ORDER: dict[str, int] = {"low": 0, "medium": 1, "high": 2}
 _BLOCK_FIELDS = ("id", "label", "content", "importance", "source", "category", "metadata")
 _CANDIDATE_FIELDS = ("id", "text", "scope", "source", "relevance", "metadata")
+_MAX_REPORTED_ERRORS = 10
 
 
-class TurnContextValidationError(TurnKitError, ValueError):
-    """A turn's context input is invalid (a missing id or prompt, a duplicate block id).
+class TurnContextValidationError(TurnKitError, InvalidArgumentError):
+    """A turn's context input fails a turn-context check (a blank id or prompt, a duplicate id).
 
-    ``field`` names the offending input field when there is one.
+    These are the checks of ``@agent-assistant/turn-context`` (its ``TurnContextValidationError``,
+    message ``TurnContext validation failed: <field> — <reason>``); ``field`` names the
+    offending input field when there is one. Input of the wrong shape or type (a missing
+    field, a number for a string) is reported by pydantic and raised as a plain
+    :class:`~agency_runtime.InvalidArgumentError`, of which this class is a subclass: catch
+    that (or ``ValueError``) for any bad input to the bridge.
     """
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+def _invalid(what: str, error: ValidationError) -> InvalidArgumentError:
+    """``error`` as an InvalidArgumentError naming each failing field (``a.0.b: reason``)."""
+    details = error.errors(include_url=False)
+    parts = [
+        f"{'.'.join(str(part) for part in detail['loc']) or '(input)'}: {detail['msg']}"
+        for detail in details[:_MAX_REPORTED_ERRORS]
+    ]
+    if len(details) > _MAX_REPORTED_ERRORS:
+        parts.append(f"and {len(details) - _MAX_REPORTED_ERRORS} more")
+    return InvalidArgumentError(f"invalid {what}: {'; '.join(parts)}")
 
 
 # ─── Inputs ──────────────────────────────────────────────────────────────────
@@ -200,7 +235,8 @@ class TurnSession(BaseModel):
 class Guardrail(BaseModel):
     """A guardrail rule; it becomes a guardrail segment of the developer prompt.
 
-    ``kind`` ``tone_constraint`` / ``sensitivity_constraint`` also caps humor.
+    ``kind`` ``tone_constraint`` / ``sensitivity_constraint`` also caps humor. The fields are
+    those of turn-context's ``TurnGuardrailOverlay`` (all one word, so the same in camelCase).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -210,6 +246,37 @@ class Guardrail(BaseModel):
     priority: Priority | None = None
     source: str = "guardrails"
     kind: str | None = None
+
+
+class GuardrailInput(BaseModel):
+    """The seed's guardrails shape, ``{"overlays": [<guardrail>, ...]}`` (``TurnGuardrailInput``).
+
+    Wherever guardrails are taken, this model, a dict of it or a plain list of
+    :class:`Guardrail` (or their dicts) is accepted; ``None`` means none.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    overlays: list[Guardrail] | None = None
+
+
+def _coerce_guardrails(value: Any) -> Any:
+    """Unwrap ``{"overlays": [...]}`` / :class:`GuardrailInput` into the list of guardrails.
+
+    A dict is validated as :class:`GuardrailInput`, so its errors keep their place
+    (``guardrails.overlays.0.rule``).
+    """
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        value = GuardrailInput.model_validate(value)
+    if isinstance(value, GuardrailInput):
+        return list(value.overlays or [])
+    return value
+
+
+Guardrails = Annotated[list[Guardrail], BeforeValidator(_coerce_guardrails)]
+"""A list of :class:`Guardrail`, or the seed's ``{"overlays": [...]}``; stored as the list."""
 
 
 class EnrichmentCandidate(BaseModel):
@@ -270,7 +337,10 @@ class MemoryInput(BaseModel):
 
 
 class TurnContextInput(BaseModel):
-    """The input of :meth:`TurnContextAssembler.assemble`."""
+    """The input of :meth:`TurnContextAssembler.assemble`.
+
+    ``guardrails`` is a list of :class:`Guardrail` or the seed's ``{"overlays": [...]}``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -284,7 +354,7 @@ class TurnContextInput(BaseModel):
     session: TurnSession | list[str | BlockLike] | None = None
     memory: MemoryInput | None = None
     enrichment: list[EnrichmentCandidate] = Field(default_factory=list)
-    guardrails: list[Guardrail] = Field(default_factory=list)
+    guardrails: Guardrails = Field(default_factory=list)
     metadata: dict[str, Any] | None = None
 
 
@@ -308,7 +378,8 @@ class AssistantTurnInput(BaseModel):
     ``history`` holds oldest-first entries (turn_kit's ``TurnHistoryEntry``, dicts or objects
     with ``content`` and optional ``created_at`` / ``createdAt``); ``context`` the exact blocks
     of the context providers (``TurnContext``, dicts or objects). Without ``history`` the
-    ``retriever`` (or the assembler's own) is asked for memory with ``query``.
+    ``retriever`` (or the assembler's own) is asked for memory with ``query``. ``guardrails``
+    is a list of :class:`Guardrail` or the seed's ``{"overlays": [...]}`` (kept as the list).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -324,7 +395,7 @@ class AssistantTurnInput(BaseModel):
     thread_id: str | None = None
     session: TurnSession | list[str | BlockLike] | None = None
     shaping: TurnShaping | None = None
-    guardrails: list[Guardrail] = Field(default_factory=list)
+    guardrails: Guardrails = Field(default_factory=list)
     enrichment: list[EnrichmentCandidate] = Field(default_factory=list)
     retriever: MemoryRetriever | None = Field(default=None, exclude=True)
     query: str | None = None
@@ -783,7 +854,10 @@ async def _call_retriever(
     result = retriever(query)
     if inspect.isawaitable(result):
         result = await result
-    return MemoryInput.model_validate({"candidates": list(result)}).candidates or []
+    try:
+        return MemoryInput.model_validate({"candidates": list(result)}).candidates or []
+    except ValidationError as exc:
+        raise _invalid("memory from the retriever", exc) from exc
 
 
 class TurnContextAssembler:
@@ -825,9 +899,20 @@ class TurnContextAssembler:
         )
 
     async def assemble(self, input: TurnContextInput | Mapping[str, Any]) -> TurnContextAssembly:
-        """Assemble one turn's context from ``input`` (a model or its dict)."""
+        """Assemble one turn's context from ``input`` (a model or its dict).
+
+        Raises:
+            InvalidArgumentError: a dict ``input`` does not validate (the message names the
+                fields, pydantic's error is chained), or the retriever returned candidates
+                that do not.
+            TurnContextValidationError: ``assistant_id`` or ``turn_id`` is blank, or the
+                identity has neither a system nor a developer prompt.
+        """
         if not isinstance(input, TurnContextInput):
-            input = TurnContextInput.model_validate(input)
+            try:
+                input = TurnContextInput.model_validate(input)
+            except ValidationError as exc:
+                raise _invalid("turn context input", exc) from exc
         _validate(input)
         instructions = _compose_instructions(input)
         memory_blocks, used_memory_ids = _memory_blocks(await self._memory_candidates(input))
@@ -887,6 +972,38 @@ def _history_candidates(turn_id: str, history: Sequence[Any]) -> list[MemoryCand
     return candidates
 
 
+def _turn_context_input(data: AssistantTurnInput) -> TurnContextInput:
+    """The assembler's input for a bridge call (history as memory candidates, default ids)."""
+    conversation = data.conversation
+    memory: MemoryInput | None = None
+    if data.history is not None:
+        memory = MemoryInput(candidates=_history_candidates(data.turn_id, data.history))
+    elif data.retriever is not None or data.query is not None:
+        memory = MemoryInput(retriever=data.retriever, query=data.query)
+    return TurnContextInput(
+        assistant_id=data.assistant_id,
+        turn_id=data.turn_id,
+        session_id=(
+            data.session_id
+            if data.session_id is not None
+            else conversation_tag(data.assistant_id, conversation)
+        ),
+        user_id=data.user_id,
+        thread_id=data.thread_id if data.thread_id is not None else conversation.id,
+        identity=data.identity,
+        shaping=data.shaping,
+        session=data.session,
+        memory=memory,
+        enrichment=data.enrichment,
+        guardrails=data.guardrails,
+        metadata={
+            **data.metadata,
+            "workforce_transport": conversation.transport,
+            "workforce_conversation_id": conversation.id,
+        },
+    )
+
+
 async def assemble_assistant_turn_context(
     input: AssistantTurnInput | Mapping[str, Any],
     *,
@@ -901,48 +1018,33 @@ async def assemble_assistant_turn_context(
     the conversation id, and ``metadata`` gains ``workforce_transport`` and
     ``workforce_conversation_id``. The ``context`` blocks follow the assembled session, memory
     and enrichment blocks; a repeated block id raises :class:`TurnContextValidationError`.
+
+    Raises:
+        InvalidArgumentError: a dict ``input`` does not validate (the message names each
+            failing field, e.g. ``guardrails.overlays.0.rule: Field required``, and pydantic's
+            ``ValidationError`` is chained), the retriever returned invalid candidates, or
+            ``session_id`` is left to default and ``assistant_id`` is not a lowercase slug.
+        TurnContextValidationError: a blank ``assistant_id``, ``turn_id`` or prompt, or a
+            repeated block id (the spec's checks; a subclass of ``InvalidArgumentError``).
     """
-    data = (
-        input if isinstance(input, AssistantTurnInput) else AssistantTurnInput.model_validate(input)
-    )
+    if isinstance(input, AssistantTurnInput):
+        data = input
+    else:
+        try:
+            data = AssistantTurnInput.model_validate(input)
+        except ValidationError as exc:
+            raise _invalid("assistant turn input", exc) from exc
     if _blank(data.assistant_id):
         raise TurnContextValidationError(
             "TurnContext validation failed: assistant_id — must be a non-empty string",
             field="assistant_id",
         )
     engine: SupportsAssemble = assembler if assembler is not None else TurnContextAssembler()
-    conversation = data.conversation
-
-    memory: MemoryInput | None = None
-    if data.history is not None:
-        memory = MemoryInput(candidates=_history_candidates(data.turn_id, data.history))
-    elif data.retriever is not None or data.query is not None:
-        memory = MemoryInput(retriever=data.retriever, query=data.query)
-
-    assembly = await engine.assemble(
-        TurnContextInput(
-            assistant_id=data.assistant_id,
-            turn_id=data.turn_id,
-            session_id=(
-                data.session_id
-                if data.session_id is not None
-                else conversation_tag(data.assistant_id, conversation)
-            ),
-            user_id=data.user_id,
-            thread_id=data.thread_id if data.thread_id is not None else conversation.id,
-            identity=data.identity,
-            shaping=data.shaping,
-            session=data.session,
-            memory=memory,
-            enrichment=data.enrichment,
-            guardrails=data.guardrails,
-            metadata={
-                **data.metadata,
-                "workforce_transport": conversation.transport,
-                "workforce_conversation_id": conversation.id,
-            },
-        )
-    )
+    try:
+        turn = _turn_context_input(data)
+    except ValidationError as exc:  # fields of a model built without validation, or changed
+        raise _invalid("assistant turn input", exc) from exc
+    assembly = await engine.assemble(turn)
     if not data.context:
         return assembly
 

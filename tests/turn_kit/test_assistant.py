@@ -19,6 +19,7 @@ from turn_kit.assistant import (
     AssistantTurnInput,
     EnrichmentCandidate,
     Guardrail,
+    GuardrailInput,
     InstructionOverlay,
     MemoryCandidate,
     MemoryInput,
@@ -680,3 +681,153 @@ async def test_identity_projection_and_expression() -> None:
         "initiative": "medium",
         "explanation_density": "medium",
     }
+
+
+# ─── The seed's guardrails shape and input errors ────────────────────────────
+
+
+def bridge_input(**overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "assistant_id": "life-agent",
+        "turn_id": "t1",
+        "conversation": {"transport": "telegram", "id": "8587"},
+        "identity": {"base_prompt": "You are a personal life assistant."},
+    }
+    fields.update(overrides)
+    return fields
+
+
+SEED_OVERLAYS = [
+    {
+        "id": "confirmed-writes",
+        "source": "workforce",
+        "rule": "Only claim a write succeeded after its provider receipt.",
+        "priority": "high",
+        "kind": "truthfulness_constraint",
+    },
+    {"id": "tone", "source": "product", "rule": "Stay calm.", "kind": "tone_constraint"},
+]
+
+
+async def test_bridge_accepts_the_seeds_guardrails_overlays_shape() -> None:
+    as_dict = await assemble_assistant_turn_context(
+        bridge_input(guardrails={"overlays": SEED_OVERLAYS})
+    )
+    as_list = await assemble_assistant_turn_context(bridge_input(guardrails=SEED_OVERLAYS))
+    as_model = await assemble_assistant_turn_context(
+        AssistantTurnInput.model_validate(
+            bridge_input(
+                guardrails=GuardrailInput(
+                    overlays=[Guardrail.model_validate(g) for g in SEED_OVERLAYS]
+                )
+            )
+        )
+    )
+    for assembly in (as_dict, as_list, as_model):
+        assert assembly.provenance.used_guardrail_ids == ["confirmed-writes", "tone"]
+        assert [(s.id, s.kind, s.source) for s in assembly.instructions[1:]] == [
+            ("confirmed-writes", "guardrail", "workforce"),
+            ("tone", "guardrail", "product"),
+        ]
+        assert assembly.harness_projection.instructions.developer_prompt == (
+            "Only claim a write succeeded after its provider receipt.\n\nStay calm."
+        )
+        assert assembly.expression["humor"] == "light"  # the tone constraint caps humor
+    assert as_dict == as_list == as_model
+
+
+async def test_the_overlays_shape_is_stored_as_the_list_of_guardrails() -> None:
+    data = AssistantTurnInput.model_validate(bridge_input(guardrails={"overlays": SEED_OVERLAYS}))
+    assert [g.id for g in data.guardrails] == ["confirmed-writes", "tone"]
+    assert all(isinstance(g, Guardrail) for g in data.guardrails)
+    empties: list[Any] = [{}, {"overlays": None}, {"overlays": []}, None]
+    for empty in empties:
+        assert AssistantTurnInput.model_validate(bridge_input(guardrails=empty)).guardrails == []
+
+
+async def test_the_assembler_accepts_the_overlays_shape_too() -> None:
+    assembly = await TurnContextAssembler().assemble(
+        {
+            "assistant_id": "assistant-1",
+            "turn_id": "turn-1",
+            "identity": {"base_prompt": "Be helpful."},
+            "guardrails": {"overlays": [{"id": "g", "source": "seed", "rule": "Be kind."}]},
+        }
+    )
+    assert assembly.provenance.used_guardrail_ids == ["g"]
+    assert turn_input(guardrails={"overlays": SEED_OVERLAYS}).guardrails[0].id == (
+        "confirmed-writes"
+    )
+
+
+async def test_an_invalid_overlay_names_its_field_as_an_invalid_argument_error() -> None:
+    broken = [{"id": "no-rule", "source": "seed"}]
+    with pytest.raises(InvalidArgumentError) as raised:
+        await assemble_assistant_turn_context(bridge_input(guardrails={"overlays": broken}))
+    error = raised.value
+    assert isinstance(error, ValueError)
+    assert not isinstance(error, pydantic.ValidationError)
+    assert "guardrails.overlays.0.rule: Field required" in str(error)
+    assert isinstance(error.__cause__, pydantic.ValidationError)
+
+    with pytest.raises(InvalidArgumentError, match=r"guardrails\.0\.rule: Field required"):
+        await assemble_assistant_turn_context(bridge_input(guardrails=broken))
+    with pytest.raises(InvalidArgumentError, match=r"guardrails\.rules: Extra inputs"):
+        await assemble_assistant_turn_context(bridge_input(guardrails={"rules": []}))
+
+
+async def test_every_failing_field_of_a_dict_input_is_named() -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        await assemble_assistant_turn_context(
+            {
+                "assistant_id": "life-agent",
+                "conversation": {"transport": "telegram"},
+                "identity": {"base_prompt": "x"},
+                "history": [{"content": 1}],
+                "colour": "blue",
+            }
+        )
+    message = str(raised.value)
+    assert message.startswith("invalid assistant turn input: ")
+    for expected in (
+        "turn_id: Field required",
+        "conversation.id: Field required",
+        "history: Value error, history entry 0 needs a string `content`",
+        "colour: Extra inputs are not permitted",
+    ):
+        assert expected in message
+    assert isinstance(raised.value.__cause__, pydantic.ValidationError)
+
+    with pytest.raises(InvalidArgumentError, match=r"\(input\): Input should be"):
+        await assemble_assistant_turn_context("not a turn")  # type: ignore[arg-type]
+
+
+async def test_the_assembler_reports_dict_input_errors_as_invalid_argument_errors() -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        await TurnContextAssembler().assemble({"assistant_id": "a", "turn_id": "t"})
+    assert str(raised.value) == "invalid turn context input: identity: Field required"
+    assert isinstance(raised.value.__cause__, pydantic.ValidationError)
+    assert not isinstance(raised.value, TurnContextValidationError)
+
+
+async def test_invalid_candidates_from_a_retriever_are_an_invalid_argument_error() -> None:
+    def retriever(query: MemoryRetrievalInput) -> list[Any]:
+        return [{"id": "m1"}]
+
+    with pytest.raises(InvalidArgumentError, match=r"candidates\.0\.text: Field required"):
+        await TurnContextAssembler(retriever=retriever).assemble(turn_input())
+
+
+async def test_turn_context_validation_errors_are_invalid_argument_errors() -> None:
+    # The spec's checks keep their own class, which is also an InvalidArgumentError.
+    with pytest.raises(InvalidArgumentError) as raised:
+        await assemble_assistant_turn_context(bridge_input(turn_id=" "))
+    assert isinstance(raised.value, TurnContextValidationError)
+    assert isinstance(raised.value, TurnKitError)
+    assert raised.value.field == "turn_id"
+    assert str(raised.value) == (
+        "TurnContext validation failed: turn_id — must be a non-empty string"
+    )
+    duplicate = {"id": "same", "label": "A", "content": "a"}
+    with pytest.raises(InvalidArgumentError, match="duplicate assembled turn context id"):
+        await assemble_assistant_turn_context(bridge_input(context=[duplicate, duplicate]))
