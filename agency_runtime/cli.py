@@ -3,41 +3,57 @@
 Commands::
 
     agency demo [...]                       the guided demo (agency_runtime.demo)
-    agency runs list [--status S] [--limit N]
+    agency runs list [--status S] [--limit N] [--offset N]
     agency runs show RUN_ID
     agency runs journal RUN_ID
-    agency runs resume RUN_ID
+    agency runs resume RUN_ID [--import MODULE]...
     agency runs respond RUN_ID (--approve [VALUE] | --reject [VALUE] | --answers JSON)
-                                [--interrupt ID]...
+                                [--interrupt ID]... [--import MODULE]...
     agency runs cancel RUN_ID
     agency runs fork RUN_ID STEP_PATH [--new-id ID]
 
 Every ``runs`` command takes ``--store URL`` (default: ``AGENCY_STORE``, else the embedded
 store in ``./.agency/``) and ``--json`` (machine-readable output), before or after the
-command name. Errors print one line, ``agency: error: <message>``, to stderr and exit 1;
-usage errors exit 2; Ctrl-C exits 130.
+command name.
+
+Output: tables fit in 100 columns (a long cell is shortened with ``…``; ``--json`` shows it in
+full). ``--json`` prints plain nested JSON: the JSON the store keeps as text (arguments,
+values, step results, locals, …) decoded into JSON values, money as ``cost_usd`` (US dollars)
+and times as ISO 8601 UTC strings. ``runs list`` pages with ``--limit`` / ``--offset``,
+newest first.
+
+Errors print one line, ``agency: error: <message>``, to stderr and exit 1 (with ``--json``:
+``{"error": {"type": ..., "message": ...}}`` on stdout); usage errors exit 2; Ctrl-C exits
+130; a closed output (``agency runs list | head -1``) ends quietly with status 141.
 
 ``resume`` and ``respond`` exit 0 when the run completed, paused or was cancelled, and 1 when
-it failed again (the outcome is printed either way).
+it failed again (the outcome is printed either way). They continue a run only with an entry
+the application declared (``@agency.entry`` / ``agency.register_entry``): the store is data,
+never code. A recorded module is imported only when it belongs to the application — a file
+under the working directory, or a module named with ``--import MODULE`` (repeatable) or
+``AGENCY_IMPORTS`` — and a completed or cancelled run imports nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import os
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, Literal, TextIO, cast
 
 import anyio
-from pydantic_core import to_json
+from pydantic_core import to_json, to_jsonable_python
 
+from ._entry import find_entry, import_app_modules
 from ._errors import (
     AgencyError,
     InterruptAnswerError,
@@ -45,8 +61,10 @@ from ._errors import (
     StoreUnavailableError,
 )
 from ._facade import agency
+from ._litellm import add_import_notice
 from ._money import PICO_PER_USD
 from ._records import InterruptResponse, JournalEntry
+from ._recovery import MAX_LIST_LIMIT
 from ._results import Interrupt, RunResult, RunStatus
 from ._store import RunRecord, Store, resolve_store
 from ._store._url import DEFAULT_STORE_URL, _parse
@@ -55,11 +73,21 @@ __all__ = ["build_parser", "main"]
 
 PROG = "agency"
 STATUSES: tuple[RunStatus, ...] = ("running", "completed", "paused", "failed", "cancelled")
+WIDTH = 100
+"""The widest a table (or a line of ``runs show``) may be, in characters."""
 PREVIEW = 60
 """The widest a value preview may be in a table, in characters."""
+MAX_OFFSET = 2**63 - 1
+"""The largest ``--offset`` (SQLite's largest integer)."""
+SIGPIPE_STATUS = 141
+"""The exit status when the output was closed early (128 + SIGPIPE, as a shell reports it)."""
 
+_MIN_CELL = 8
 _NO_VALUE = object()
 """``--approve`` / ``--reject`` was not given at all (``None``: given without a value)."""
+
+Keep = Literal["start", "end", "both"]
+"""Which part of a long cell survives: its start, its end, or both ends (cut in the middle)."""
 
 
 class UsageError(Exception):
@@ -79,6 +107,11 @@ def _usd_float(usd: float) -> str:
     return f"${usd:.6f}"
 
 
+def _usd_number(pico: int) -> float:
+    """Pico-dollars as a JSON number of US dollars (``1200000000`` → ``0.0012``)."""
+    return float(Decimal(pico) / PICO_PER_USD)
+
+
 def _when(ts: float | None, timespec: str = "seconds") -> str:
     """A POSIX time as a local ISO timestamp, or ``-``."""
     if ts is None:
@@ -94,31 +127,83 @@ def _json(value: Any) -> str:
         return repr(value)
 
 
+def _cut(text: str, width: int, keep: Keep = "start") -> str:
+    """``text`` on one line, at most ``width`` characters; ``…`` marks what was cut."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    if width < 2:
+        return "…"[:width]
+    room = width - 1
+    if keep == "start":
+        return flat[:room] + "…"
+    if keep == "end":
+        return "…" + flat[len(flat) - room :]
+    head = (room + 1) // 2
+    return flat[:head] + "…" + flat[len(flat) - (room - head) :]
+
+
 def _preview(text: str, width: int = PREVIEW) -> str:
     """``text`` on one line, cut to ``width`` characters with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    return _cut(text, width)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
-    """Print rows under headers in left-aligned columns (numbers right-aligned)."""
+def _table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    out: TextIO,
+    *,
+    keep: Mapping[int, Keep],
+    last: int | None = None,
+    width: int = WIDTH,
+) -> bool:
+    """Print rows under headers in columns that fit ``width``; return whether a cell was cut.
+
+    Numbers are right-aligned. Only the columns in ``keep`` shrink (the widest first, down to
+    ``_MIN_CELL`` or its header; column ``last`` only once the others cannot), each cell
+    keeping the part ``keep`` names.
+    """
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    total = sum(widths) + 2 * (len(widths) - 1)
+    floors = {i: max(_MIN_CELL, len(headers[i])) for i in keep}
+    while total > width:
+        shrinkable = [i for i in keep if widths[i] > floors[i]]
+        if not shrinkable:
+            break
+        if len(shrinkable) > 1 and last in shrinkable:
+            shrinkable.remove(last)
+        widest = max(shrinkable, key=lambda i: widths[i])
+        widths[widest] -= 1
+        total -= 1
     right = {
         i for i, h in enumerate(headers) if h in ("seq", "attempts", "tokens", "cost", "run cost")
     }
+    cut = False
 
     def line(cells: Sequence[str]) -> str:
-        parts = [
-            c.rjust(w) if i in right else c.ljust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ]
+        nonlocal cut
+        parts = []
+        for i, (cell, w) in enumerate(zip(cells, widths, strict=True)):
+            if len(cell) > w:
+                cell, cut = _cut(cell, w, keep.get(i, "start")), True
+            parts.append(cell.rjust(w) if i in right else cell.ljust(w))
         return "  ".join(parts).rstrip()
 
     print(line(headers), file=out)
     for row in rows:
         print(line(row), file=out)
+    return cut
+
+
+def _wrapped(label: str, text: str, indent: int, out: TextIO) -> None:
+    """``label`` then ``text`` wrapped to :data:`WIDTH`, continuation lines indented."""
+    lines = textwrap.wrap(
+        text, width=WIDTH, initial_indent=label, subsequent_indent=" " * indent
+    ) or [label.rstrip()]
+    for item in lines:
+        print(item, file=out)
 
 
 def _dump(value: Any, out: TextIO) -> None:
@@ -142,9 +227,9 @@ def _arguments(text: str) -> str:
 def _print_interrupts(interrupts: Sequence[Interrupt], out: TextIO) -> None:
     """One block per pending interrupt: id, effect, message, data."""
     for item in interrupts:
-        print(f"  {item.interrupt_id}  [{item.effect}]  {item.message}", file=out)
+        _wrapped(f"  {item.interrupt_id}  [{item.effect}]  ", item.message, 6, out)
         if item.data is not None:
-            print(f"      data: {_json(item.data)}", file=out)
+            print(f"      data: {_cut(_json(item.data), WIDTH - 12)}", file=out)
         if item.expects_value:
             print("      expects a value", file=out)
 
@@ -155,6 +240,59 @@ def _respond_hint(run_id: str, store_url: str, out: TextIO) -> None:
         f"--store {store_url}",
         file=out,
     )
+
+
+# -- JSON output ------------------------------------------------------------------------------
+
+_JSON_TEXTS = frozenset({"arguments", "overrides", "value", "result", "locals", "scopes", "deltas"})
+"""Fields the store keeps as JSON text; ``--json`` shows them decoded."""
+
+
+def _decoded(text: Any) -> Any:
+    """The JSON value of a stored JSON text (a damaged text is shown as it is)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _iso(ts: float) -> Any:
+    """A POSIX time as an ISO 8601 UTC string, as pydantic writes datetimes."""
+    return to_jsonable_python(datetime.fromtimestamp(ts, UTC))
+
+
+def _plain(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored record as plain JSON: texts decoded, ``*_pico`` as ``*_usd``, times ISO 8601."""
+    plain: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _JSON_TEXTS:
+            plain[key] = _decoded(value)
+        elif key.endswith("_pico") and isinstance(value, int):
+            plain[key[: -len("_pico")] + "_usd"] = _usd_number(value)
+        elif key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+            plain[key] = _iso(value)
+        else:
+            plain[key] = value
+    return plain
+
+
+def _record_json(record: RunRecord) -> dict[str, Any]:
+    return _plain(record.model_dump(mode="json"))
+
+
+def _entry_json(entry: JournalEntry) -> dict[str, Any]:
+    return _plain(entry.model_dump(mode="json"))
+
+
+def _result_json(result: RunResult) -> dict[str, Any]:
+    data = result.model_dump(mode="json")
+    return {("cost_usd" if key == "cost" else key): value for key, value in data.items()}
+
+
+def _error_json(exc: BaseException, kind: str | None = None) -> dict[str, Any]:
+    return {"error": {"type": kind or type(exc).__name__, "message": str(exc)}}
 
 
 # -- the store ----------------------------------------------------------------------------
@@ -218,13 +356,16 @@ class _Commands:
     async def list(self) -> int:
         """``agency runs list``."""
         status = cast("RunStatus | None", self.ns.status)
-        records = await agency.runs.list(store=self.store, status=status, limit=self.ns.limit)
+        records = await agency.runs.list(
+            store=self.store, status=status, limit=self.ns.limit, offset=self.ns.offset
+        )
         if self.as_json:
-            _dump([r.model_dump(mode="json") for r in records], self.out)
+            _dump([_record_json(r) for r in records], self.out)
             return 0
         if not records:
             which = f"{status} runs" if status else "runs"
-            print(f"no {which} in {self.store.url}", file=self.out)
+            more = f" after the first {self.ns.offset}" if self.ns.offset else ""
+            print(f"no {which}{more} in {self.store.url}", file=self.out)
             return 0
         rows = [
             [
@@ -239,14 +380,17 @@ class _Commands:
             for r in records
         ]
         headers = ["run id", "status", "entry", "attempts", "cost", "tokens", "created"]
-        _table(headers, rows, self.out)
+        self._cut_hint(_table(headers, rows, self.out, keep={0: "both", 2: "end"}, last=0))
+        if len(records) == self.ns.limit:
+            following = self.ns.offset + len(records)
+            self._progress(f"(a full page of {len(records)} runs; the next: --offset {following})")
         return 0
 
     async def show(self) -> int:
         """``agency runs show RUN_ID``."""
         record = await _record(self.store, self.ns.run_id)
         if self.as_json:
-            _dump(record.model_dump(mode="json"), self.out)
+            _dump(_record_json(record), self.out)
             return 0
         out = self.out
         fields: list[tuple[str, str]] = [
@@ -276,11 +420,20 @@ class _Commands:
         if record.status == "running" and record.lease_owner:
             fields.append(("lease", f"{record.lease_owner} until {_when(record.lease_expires_at)}"))
         width = max(len(name) for name, _ in fields)
+        room = WIDTH - width - 2
+        cut = False
         for name, value in fields:
-            print(f"{name.ljust(width)}  {value}", file=out)
+            label = f"{name.ljust(width)}  "
+            if name == "error":
+                _wrapped(label, value, width + 2, out)
+                continue
+            if name not in ("run", "entry") and len(value) > room:
+                value, cut = _cut(value, room), True
+            print(f"{label}{value}", file=out)
         if record.interrupts:
             print(f"pending interrupts ({len(record.interrupts)}):", file=out)
             _print_interrupts(record.interrupts, out)
+        self._cut_hint(cut)
         return 0
 
     async def journal(self) -> int:
@@ -288,7 +441,7 @@ class _Commands:
         await _record(self.store, self.ns.run_id)
         entries: list[JournalEntry] = await agency.runs.journal(self.ns.run_id, store=self.store)
         if self.as_json:
-            _dump([e.model_dump(mode="json") for e in entries], self.out)
+            _dump([_entry_json(e) for e in entries], self.out)
             return 0
         if not entries:
             print(f"run {self.ns.run_id!r} has no completed steps", file=self.out)
@@ -296,13 +449,17 @@ class _Commands:
         rows = [
             [str(e.seq), e.path, e.name, _preview(e.result), _usd(e.cost_pico)] for e in entries
         ]
-        _table(["seq", "path", "name", "result", "run cost"], rows, self.out)
+        headers = ["seq", "path", "name", "result", "run cost"]
+        cut = _table(headers, rows, self.out, keep={1: "both", 2: "start", 3: "start"})
+        self._cut_hint(cut or any(len(e.result) > PREVIEW for e in entries))
         return 0
 
     async def resume(self) -> int:
         """``agency runs resume RUN_ID``."""
         record = await _record(self.store, self.ns.run_id)
-        _importable_cwd()
+        if not record.is_final:  # a completed or cancelled run imports nothing
+            self._app_modules()
+            find_entry(record.run_id, record.entry)  # refuse an undeclared entry up front
         self._progress(f"resuming {record.run_id}…")
         started = time.monotonic()
         result = await agency.resume(record.run_id, store=self.store)
@@ -345,7 +502,10 @@ class _Commands:
                     f"--answers gives no answer for interrupt {missing[0]!r} of run "
                     f"{record.run_id!r}"
                 )
-        _importable_cwd()
+        self._app_modules()
+        # Find the entry before storing any answer: an entry the application did not declare
+        # is refused here (EntryNotAllowedError), and the run stays paused, unanswered.
+        find_entry(record.run_id, record.entry)
         self._progress(f"answering {len(chosen)} interrupt(s); resuming {record.run_id}…")
         started = time.monotonic()
         result = await agency.respond_to_interrupts(
@@ -358,7 +518,7 @@ class _Commands:
         await _record(self.store, self.ns.run_id)
         record = await agency.runs.cancel(self.ns.run_id, store=self.store)
         if self.as_json:
-            _dump(record.model_dump(mode="json"), self.out)
+            _dump(_record_json(record), self.out)
         elif record.status == "cancelled":
             print(f"run {record.run_id} cancelled", file=self.out)
         else:
@@ -385,15 +545,29 @@ class _Commands:
 
     # -- helpers ----------------------------------------------------------------------------
 
+    def _app_modules(self) -> None:
+        """Make the application importable: the working directory, then ``--import``.
+
+        Commands that continue a run call this first; they also say what they wait for when
+        the run's first LLM call has to import litellm (seconds, in silence otherwise).
+        """
+        _importable_cwd()
+        import_app_modules(getattr(self.ns, "imports", None) or [])
+        add_import_notice(self._progress)
+
     def _progress(self, message: str) -> None:
         if not self.as_json:
             print(message, file=self.err, flush=True)
+
+    def _cut_hint(self, cut: bool) -> None:
+        if cut:
+            self._progress(f"(long cells are shortened to fit {WIDTH} columns; --json shows all)")
 
     def _outcome(self, result: RunResult, started: float) -> int:
         """Print a run's outcome; exit 1 when it failed."""
         code = 1 if result.status == "failed" else 0
         if self.as_json:
-            _dump(result.model_dump(mode="json"), self.out)
+            _dump(_result_json(result), self.out)
             return code
         out = self.out
         self._progress(f"done in {time.monotonic() - started:.2f}s")
@@ -404,9 +578,9 @@ class _Commands:
         else:
             print(f"run {result.run_id}: {result.status}", file=out)
         if result.status == "completed":
-            print(f"value: {_json(result.value)}", file=out)
+            print(f"value: {_cut(_json(result.value), WIDTH - len('value: '))}", file=out)
         if result.error is not None:
-            print(f"error: {result.error.type}: {result.error.message}", file=out)
+            _wrapped("error: ", f"{result.error.type}: {result.error.message}", 7, out)
         print(f"cost: {_usd_float(result.cost)}  tokens: {result.tokens}", file=out)
         return code
 
@@ -468,9 +642,20 @@ def _common() -> argparse.ArgumentParser:
         "--json",
         action="store_true",
         default=argparse.SUPPRESS,
-        help="print machine-readable JSON instead of tables",
+        help="print machine-readable JSON instead of tables (errors too)",
     )
     return common
+
+
+def _add_imports(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import this application module (or script path) first, so runs whose entry it "
+        "declares may continue; repeatable (like the AGENCY_IMPORTS variable)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -496,7 +681,18 @@ def build_parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="the runs in the store, newest first", parents=[common])
     listing.add_argument("--status", choices=STATUSES, help="only runs with this status")
     listing.add_argument(
-        "--limit", type=_positive, default=100, help="at most N runs (default 100)"
+        "--limit",
+        type=_whole("--limit", 1, MAX_LIST_LIMIT),
+        default=100,
+        metavar="N",
+        help=f"at most N runs (1 to {MAX_LIST_LIMIT}; default 100)",
+    )
+    listing.add_argument(
+        "--offset",
+        type=_whole("--offset", 0, MAX_OFFSET),
+        default=0,
+        metavar="N",
+        help="skip the N newest runs first (default 0): the next page is --offset N+limit",
     )
 
     show = sub.add_parser("show", help="one run: inputs, outcome, interrupts", parents=[common])
@@ -506,17 +702,23 @@ def build_parser() -> argparse.ArgumentParser:
     journal.add_argument("run_id", metavar="RUN_ID")
 
     resume = sub.add_parser(
-        "resume", help="continue a crashed, failed or paused run", parents=[common]
+        "resume",
+        help="continue a crashed, failed or paused run",
+        parents=[common],
+        description="Continue a crashed, failed or paused run from its journal, with its "
+        "declared entry (@agency.entry). A completed or cancelled run shows its stored "
+        "outcome and imports nothing.",
     )
     resume.add_argument("run_id", metavar="RUN_ID")
+    _add_imports(resume)
 
     respond = sub.add_parser(
         "respond",
         help="answer a paused run's interrupts and continue it",
         parents=[common],
         description="Answer the pending interrupts of a paused run (all of them, or those "
-        "named with --interrupt) and continue it. VALUE is parsed as JSON when it parses, "
-        "else kept as a string.",
+        "named with --interrupt) and continue it with its declared entry (@agency.entry). "
+        "VALUE is parsed as JSON when it parses, else kept as a string.",
     )
     respond.add_argument("run_id", metavar="RUN_ID")
     how = respond.add_mutually_exclusive_group(required=True)
@@ -549,6 +751,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="answer only this interrupt (repeatable; default: every pending one)",
     )
+    _add_imports(respond)
 
     cancel = sub.add_parser("cancel", help="cancel a run (final)", parents=[common])
     cancel.add_argument("run_id", metavar="RUN_ID")
@@ -562,14 +765,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+def _whole(option: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        shown = _cut(text, 24)
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{shown!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{option} must be {low} to {high}, got {shown}")
+        return value
+
+    return parse
 
 
 # -- entry point ----------------------------------------------------------------------------
@@ -601,28 +810,56 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the ``agency`` command line with ``argv`` (default: ``sys.argv[1:]``)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so the interpreter's last flush does not fail too."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # not a real file (a test's capture): nothing will be flushed to a closed pipe
+
+
+def _run(args: list[str], parser: argparse.ArgumentParser) -> int:
+    as_json = False
     try:
         if args[:1] == ["demo"]:
             return _demo(args[1:])
         ns = parser.parse_args(args)
         if ns.command == "demo":
             return _demo(list(ns.rest))
+        as_json = bool(getattr(ns, "json", False))
         commands = _Commands(ns, sys.stdout, sys.stderr)
         action: Callable[[], Any] = getattr(commands, ns.action)
         return cast(int, anyio.run(action))
     except SystemExit as exc:
         return _exit_code(exc)
     except UsageError as exc:
+        if as_json:
+            _dump(_error_json(exc, "UsageError"), sys.stdout)
+            return 2
         parser.print_usage(sys.stderr)
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except AgencyError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        if as_json:
+            _dump(_error_json(exc), sys.stdout)
+        else:
+            print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``agency`` command line with ``argv`` (default: ``sys.argv[1:]``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        code = _run(args, parser)
+        sys.stdout.flush()  # a closed pipe is reported here, not at interpreter exit
+    except BrokenPipeError:  # `agency runs list | head -1`: the reader has what it wanted
+        _silence_stdout()
+        return SIGPIPE_STATUS
+    return code

@@ -17,9 +17,12 @@ The store is ``AGENCY_STORE`` when set, else ``sqlite:///./.agency/agency.db``. 
 that runs appends ``ran <step> (<order-id>)`` to ``order-ledger.txt`` next to the store (for
 the default store: ``./.agency/order-ledger.txt``), so you can check that nothing ran twice.
 
-``place_order`` is defined at module level: the runtime records this script's path as the
-run's entry, and the process that answers the interrupt imports it from there (without
-running the ``__main__`` block below).
+``place_order`` is defined at module level and declared with ``@agency.entry``: the runtime
+records this script's path as the run's entry, and the process that answers the interrupt
+imports it from there (without running the ``__main__`` block below). The store is data,
+never code: only a declared entry is run, and only from a script under the working
+directory (answer from the directory you started the order in), or one named with
+``--import examples/order_workflow.py``.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def _log(ledger: str, line: str) -> None:
         handle.write(line + "\n")
 
 
+@agency.entry
 async def place_order(item: str, quantity: int) -> dict[str, Any]:
     """Reserve, price, ask a human, then charge: each step runs once, even across the pause."""
     order_id = agency.ctx().run_id or "order"

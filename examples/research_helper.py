@@ -18,7 +18,8 @@ the cost. With ``--ask`` it prints the command that answers it instead, and exit
 The store is ``AGENCY_STORE`` when set, else ``sqlite:///./.agency/agency.db``. The model is
 ``AGENCY_MODEL`` when set (any litellm model, with its provider's key), else an offline fake
 model (registered when this module is imported, so the process that answers the interrupt
-has it too).
+has it too). ``research`` is declared with ``@agency.entry``, so that process may run it: the
+store is data, never code, and only declared entries continue.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ OFFLINE_MODEL = FakeModel(
 MODEL = os.environ.get("AGENCY_MODEL") or OFFLINE_MODEL.model
 
 
+@agency.entry
 async def research(question: str) -> str:
     """Plan sub-questions, answer each, summarize: every call billed to one cost guard."""
     agency.thread.system("You are a careful research assistant. Be brief.")

@@ -1,19 +1,37 @@
-"""The ``agency`` command line, called in-process (and once as ``python -m agency_runtime``)."""
+"""The ``agency`` command line (in-process, and as ``python -m agency_runtime``), and the trust
+model of the store it relies on: a stored run is continued only with a declared entry."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import types
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from agency_runtime import ResumableScope, agency
+from agency_runtime import (
+    EntryImportError,
+    EntryNotAllowedError,
+    InvalidArgumentError,
+    MemoryStore,
+    ResumableScope,
+    RunRecord,
+    SqliteStore,
+    Store,
+    agency,
+    approve,
+)
+from agency_runtime._entry import find_entry
 from agency_runtime.cli import main
 
 # -- module-level entries (importable by module:qualname) ------------------------------------
@@ -162,7 +180,7 @@ def test_show(url: str, runs: dict[str, str], capsys: pytest.CaptureFixture[str]
     assert "ValueError: no stock for tea" in out
 
     code, out, _ = run_cli(capsys, "runs", "show", "done-1", "--store", url, "--json")
-    assert json.loads(out)["value"] == "5"
+    assert json.loads(out)["value"] == 5
 
 
 def test_journal(url: str, runs: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -207,7 +225,7 @@ def test_respond_approve_continues_without_rerunning_steps(
     assert STEPS == {"reserve": 1, "charge": 1}  # reserve did not run again
 
     _, out, _ = run_cli(capsys, "runs", "show", "paused-1", "--store", url, "--json")
-    assert json.loads(json.loads(out)["value"])["status"] == "bought"
+    assert json.loads(out)["value"]["status"] == "bought"
 
 
 def test_respond_reject_with_a_string_value(
@@ -424,6 +442,597 @@ def test_keyboard_interrupt_exits_130(
     code, _, err = run_cli(capsys, "runs", "resume", "failed-1", "--store", url)
     assert code == 130
     assert "interrupted" in err
+
+
+# -- JSON output -----------------------------------------------------------------------------
+
+
+def _assert_plain(value: Any, where: str = "$") -> None:
+    """No JSON text hides inside the JSON output: every container is a real one."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _assert_plain(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _assert_plain(item, f"{where}[{index}]")
+    elif isinstance(value, str) and value.strip()[:1] in ("{", "[", '"'):
+        try:
+            json.loads(value)
+        except ValueError:
+            return
+        raise AssertionError(f"{where} is a JSON text inside the JSON output: {value[:80]!r}")
+
+
+async def _noted(s: ResumableScope) -> dict[str, Any]:
+    s.set_local("seen", ["tea", 2])
+
+    def note() -> dict[str, Any]:
+        agency.thread.user("a note for the thread")
+        return {"noted": True, "items": [1, 2]}
+
+    return await s.step(note, name="note")
+
+
+async def noting() -> dict[str, Any]:
+    """One step with locals and a thread message (so the journal has every JSON field)."""
+    return await agency.with_resumable_scope("noting", _noted)
+
+
+def test_json_output_is_plain_nested_json(
+    url: str, runs: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    agency.run_sync(noting, run_id="noted-1", store=url)
+    outputs: dict[str, Any] = {}
+    for name, argv in {
+        "list": ["runs", "list"],
+        "show": ["runs", "show", "done-1"],
+        "journal": ["runs", "journal", "noted-1"],
+        "resume": ["runs", "resume", "failed-1"],
+        "cancel": ["runs", "cancel", "paused-1"],
+    }.items():
+        _code, out, _ = run_cli(capsys, *argv, "--store", url, "--json")
+        outputs[name] = json.loads(out)
+        _assert_plain(outputs[name], name)
+
+    shown = outputs["show"]
+    assert shown["arguments"] == {"args": [2, 3], "kwargs": {}}
+    assert shown["value"] == 5
+    assert shown["cost_usd"] == 0.0012
+    assert "cost_pico" not in shown
+    assert shown["created_at"].endswith("Z")  # ISO 8601, UTC
+    (step,) = outputs["journal"]
+    assert step["result"] == {"noted": True, "items": [1, 2]}
+    assert step["locals"] == {"seen": ["tea", 2]}
+    assert isinstance(step["deltas"], list)
+    assert step["deltas"]
+    assert isinstance(step["cost_usd"], float)
+    assert outputs["resume"]["status"] == "failed"
+    assert "cost_usd" in outputs["resume"]
+    assert "cost" not in outputs["resume"]
+    assert outputs["cancel"]["status"] == "cancelled"
+    assert {r["run_id"] for r in outputs["list"]} == {"done-1", "failed-1", "paused-1", "noted-1"}
+
+
+def test_errors_are_json_in_json_mode(
+    url: str, runs: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(capsys, "runs", "show", "ghost", "--store", url, "--json")
+    assert code == 1
+    assert err == ""
+    error = json.loads(out)["error"]
+    assert error["type"] == "RunNotFoundError"
+    assert error["message"].startswith("no run with id 'ghost'")
+
+    code, out, _ = run_cli(capsys, "--json", "runs", "list", "--store", "sqlite:///nowhere/x.db")
+    assert code == 1
+    assert json.loads(out)["error"]["type"] == "StoreUnavailableError"
+
+    code, out, _ = run_cli(
+        capsys, "runs", "respond", "paused-1", "--answers", "{nope", "--store", url, "--json"
+    )
+    assert code == 2
+    assert json.loads(out)["error"]["type"] == "UsageError"
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+
+def test_tables_fit_100_columns(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    def long_named(n: int) -> int:
+        return n
+
+    long_named.__qualname__ = "an_entry_whose_qualified_name_goes_on_" + "and_on_" * 12
+    long_id = "conversation-" + "x" * 150 + "-message-42"
+    agency.run_sync(long_named, 1, run_id=long_id, store=url)
+
+    async def deep(s: ResumableScope) -> str:
+        return await s.step(lambda: "y" * 300, name="a_step_with_a_very_long_name_" * 4)
+
+    async def nested() -> str:
+        return await agency.with_resumable_scope("outer_scope_with_a_long_name_" * 3, deep)
+
+    agency.run_sync(nested, run_id="nested-1", store=url)
+
+    code, out, err = run_cli(capsys, "runs", "list", "--store", url)
+    assert code == 0
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    row = next(line for line in lines if line.startswith("conversa"))
+    cell = row.split()[0]
+    assert "…" in cell
+    assert cell.startswith(long_id[:8])  # an id keeps both ends
+    assert cell.endswith(long_id[-8:])
+    assert "--json shows all" in err
+
+    code, out, _ = run_cli(capsys, "runs", "journal", "nested-1", "--store", url)
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "…" in out
+
+    code, out, _ = run_cli(capsys, "runs", "show", long_id, "--store", url)
+    assert code == 0
+    shown = [line for line in out.splitlines() if not line.startswith(("run ", "entry "))]
+    assert max(len(line) for line in shown) <= 100  # the identity lines are shown in full
+
+
+# -- pages -----------------------------------------------------------------------------------
+
+
+def test_list_pages_with_offset_and_limit(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for index in range(5):
+        agency.run_sync(adds, index, 0, run_id=f"p{index}", store=url)
+    agency.run_sync(flaky, "tea", run_id="f0", store=url)
+
+    def page(*argv: str) -> list[str]:
+        code, out, _ = run_cli(capsys, "runs", "list", "--store", url, "--json", *argv)
+        assert code == 0
+        return [r["run_id"] for r in json.loads(out)]
+
+    assert page("--limit", "2", "--offset", "1") == ["p4", "p3"]
+    pages = [page("--limit", "2", "--offset", str(start)) for start in (0, 2, 4, 6)]
+    assert pages == [["f0", "p4"], ["p3", "p2"], ["p1", "p0"], []]
+    assert page("--status", "completed", "--offset", "3") == ["p1", "p0"]
+    code, out, err = run_cli(capsys, "runs", "list", "--store", url, "--limit", "2")
+    assert code == 0
+    assert "the next: --offset 2" in err
+    code, out, _ = run_cli(capsys, "runs", "list", "--store", url, "--offset", "9")
+    assert "no runs after the first 9" in out
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_pages_are_stable_for_runs_created_at_the_same_instant(
+    kind: str, tmp_path: Path
+) -> None:
+    store: Store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "same.db")
+    try:
+        for index in range(7):
+            record = RunRecord(
+                run_id=f"r{index}", status="running", entry="m:f", arguments="{}", created_at=1e9
+            )
+            await store.claim_run(record, owner="o", lease_seconds=30)
+        seen = [
+            r.run_id
+            for start in range(0, 7, 3)
+            for r in await agency.runs.list(store=store, limit=3, offset=start)
+        ]
+    finally:
+        if isinstance(store, SqliteStore):
+            store.close()
+    assert seen == [f"r{index}" for index in reversed(range(7))]  # newest first, no overlap
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--limit", "0"],
+        ["--limit", "1" + "0" * 29],
+        ["--limit", "ten"],
+        ["--offset", "-1"],
+        ["--offset", "9" * 30],
+    ],
+)
+def test_bad_page_values_are_usage_errors(
+    url: str, runs: dict[str, str], capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, out, err = run_cli(capsys, "runs", "list", "--store", url, *argv)
+    assert code == 2
+    assert out == ""
+    assert f"argument {argv[0]}" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"limit": 0},
+        {"limit": 10**30},
+        {"limit": True},
+        {"limit": 2.5},
+        {"offset": -1},
+        {"offset": 10**30},
+        {"status": "sleeping"},
+    ],
+)
+@pytest.mark.anyio
+async def test_bad_page_values_are_invalid_arguments(options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        await agency.runs.list(store=MemoryStore(), **options)
+
+
+# -- a closed pipe ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_closed_pipe_ends_quietly(url: str, runs: dict[str, str]) -> None:
+    async def many() -> None:
+        for index in range(150):
+            await agency.run(adds, index, 1, run_id=f"many-{index:03}", store=url)
+
+    anyio.run(many)
+    command = [sys.executable, "-m", "agency_runtime", "runs", "list", "--store", url]
+    for extra in ([], ["--json", "--limit", "1000"]):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before the first byte is written
+        try:
+            done = subprocess.run(
+                [*command, *extra],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        assert done.returncode in (0, 141), done.stderr
+        assert "Traceback" not in done.stderr
+        assert "Exception ignored" not in done.stderr
+
+    piped = subprocess.run(
+        f"{_quote(command)} --json --limit 1000 | head -c 100",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert len(piped.stdout) == 100
+    assert "Traceback" not in piped.stderr
+    assert "Exception ignored" not in piped.stderr
+
+
+def _quote(command: list[str]) -> str:
+    return " ".join(shlex.quote(part) for part in command)
+
+
+# -- the store is data, never code -----------------------------------------------------------
+
+
+def _edit_row(url: str, run_id: str, **columns: str) -> None:
+    """Change a stored run behind the runtime's back, as anyone with the file could."""
+    with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
+        sets = ", ".join(f"{name} = ?" for name in columns)
+        conn.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", (*columns.values(), run_id))
+
+
+def _as_os_system(url: str, run_id: str, marker: Path) -> None:
+    command = json.dumps({"args": [f"touch {marker}"], "kwargs": {}})
+    _edit_row(url, run_id, entry="os:system", arguments=command)
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENCY_")}
+    env.pop("PYTHONPATH", None)
+    return {**env, **extra}
+
+
+def _agency(
+    *argv: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agency_runtime", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env if env is not None else _child_env(),
+        check=False,
+    )
+
+
+def _python(code: str, *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.mark.anyio
+async def test_resume_refuses_a_stored_os_system_entry(
+    url: str, runs: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "pwned"
+    _as_os_system(url, "failed-1", marker)
+    with pytest.raises(EntryNotAllowedError, match="not importing 'os'") as caught:
+        await agency.resume("failed-1", store=url)
+    assert "'os:system'" in str(caught.value)
+    assert "standard-library" in str(caught.value)
+
+    _as_os_system(url, "paused-1", marker)
+    record = await agency.runs.get("paused-1", store=url)
+    with pytest.raises(EntryNotAllowedError):
+        await agency.respond_to_interrupts(record.interrupts, [approve()], store=url)
+    assert not marker.exists()
+    assert (await agency.runs.get("failed-1", store=url)).status == "failed"
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "os:system",
+        "subprocess:call",
+        "shutil:rmtree",
+        "pydantic_core:from_json",
+        "agency_runtime._entry:import_entry",  # our own module, but not a declared entry
+        "/nonexistent-app/evil.py:main",  # a script outside the working directory
+        "tests.test_cli:_edit_row",  # never run here, never declared
+    ],
+)
+def test_only_declared_entries_are_taken_from_the_store(ref: str) -> None:
+    with pytest.raises(EntryNotAllowedError) as caught:
+        find_entry(f"stored-{ref}", ref)
+    assert ref in str(caught.value)
+
+
+def test_an_entry_this_process_ran_is_found_without_importing(url: str) -> None:
+    agency.run_sync(flaky, "tea", run_id="mine-1", store=url)
+    assert find_entry("another-run", "tests.test_cli:flaky") is flaky
+
+
+_FINAL_APP = """
+import pathlib
+pathlib.Path(__file__).with_name("imported-final-app").write_text("imported")
+
+def finish(a, b):
+    return a + b
+"""
+
+
+def test_a_final_runs_resume_imports_nothing(
+    url: str,
+    runs: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "trust_final_app.py").write_text(_FINAL_APP)
+    monkeypatch.syspath_prepend(str(tmp_path))  # importable, and under the working directory
+    run_cli(capsys, "runs", "cancel", "paused-1", "--store", url)
+    for run_id in ("done-1", "paused-1"):
+        _edit_row(url, run_id, entry="trust_final_app:finish")
+
+    done = anyio.run(lambda: agency.resume("done-1", store=url))
+    assert (done.status, done.value, done.replayed) == ("completed", 5, True)
+    cancelled = anyio.run(lambda: agency.resume("paused-1", store=url))
+    assert cancelled.status == "cancelled"
+    for run_id in ("done-1", "paused-1"):
+        code, out, err = run_cli(capsys, "runs", "resume", run_id, "--store", url)
+        assert code == 0, err
+        assert f"run {run_id}: " in out
+    assert not (tmp_path / "imported-final-app").exists()
+    assert "trust_final_app" not in sys.modules
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_a_stored_os_system_entry_in_a_new_process(
+    url: str, runs: dict[str, str], tmp_path: Path
+) -> None:
+    if shutil.which("touch") is None:
+        pytest.skip("needs the touch command")
+    marker = tmp_path / "pwned"
+    _as_os_system(url, "paused-1", marker)
+    _as_os_system(url, "failed-1", marker)
+
+    answered = _agency("runs", "respond", "paused-1", "--approve", "--store", url, cwd=tmp_path)
+    assert answered.returncode == 1, answered.stdout + answered.stderr
+    assert answered.stderr.startswith("agency: error: not importing 'os'")
+    assert "Traceback" not in answered.stderr
+    resumed = _agency("runs", "resume", "failed-1", "--store", url, "--json", cwd=tmp_path)
+    assert resumed.returncode == 1
+    assert json.loads(resumed.stdout)["error"]["type"] == "EntryNotAllowedError"
+    assert not marker.exists()
+
+    async def stored() -> tuple[str, list[Any]]:
+        record = await agency.runs.get("paused-1", store=url)
+        opened = SqliteStore(url.removeprefix("sqlite:///"))
+        try:
+            journal = await opened.load_journal("paused-1")
+        finally:
+            opened.close()
+        return record.status, [a.response for a in journal.answers]
+
+    assert anyio.run(stored) == ("paused", [None])  # the refused answer was not stored
+
+
+_TRUST_APP = """
+import pathlib
+
+from agency_runtime import agency
+
+HERE = pathlib.Path(__file__).parent
+
+
+def _once(name):
+    marker = HERE / f"{name}.failed-once"
+    if not marker.exists():
+        marker.write_text("x")
+        raise RuntimeError(f"{name}: the first attempt fails")
+
+
+def plain(n: int) -> int:
+    _once("plain")
+    return n + 1
+
+
+@agency.entry
+def declared(n: int) -> int:
+    _once("declared")
+    return n + 2
+
+
+def registered(n: int) -> int:
+    _once("registered")
+    return n + 3
+
+
+agency.register_entry(registered)
+
+
+@agency.entry(name="trust-refund")
+def named(n: int) -> int:
+    _once("named")
+    return n + 4
+"""
+
+_TRUST_MOVED = """
+from agency_runtime import agency
+
+
+@agency.entry(name="trust-refund")
+def refund_moved_here(n: int) -> int:
+    return n + 40
+"""
+
+
+@pytest.mark.slow
+def test_only_declared_entries_resume_in_a_new_process(tmp_path: Path) -> None:
+    (tmp_path / "trust_app.py").write_text(_TRUST_APP)
+    (tmp_path / "trust_moved.py").write_text(_TRUST_MOVED)
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    env = _child_env(AGENCY_STORE=url)
+    started = _python(
+        "import trust_app\n"
+        "from agency_runtime import agency\n"
+        "for name in ('plain', 'declared', 'registered', 'named'):\n"
+        "    print(agency.run_sync(getattr(trust_app, name), 1, run_id=name).status)\n",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert started.stdout.split() == ["failed"] * 4
+    stored = {r.run_id: r.entry for r in anyio.run(lambda: agency.runs.list(store=url))}
+    assert stored["named"] == "trust-refund"  # a named entry is recorded by its name
+    assert stored["declared"] == "trust_app:declared"
+
+    refused = _agency("runs", "resume", "plain", cwd=tmp_path, env=env)
+    assert refused.returncode == 1
+    message = refused.stderr
+    assert message.startswith("agency: error: the stored entry 'trust_app:plain' is not declared")
+    for how in ("@agency.entry", "agency.register_entry", "--import MODULE", "AGENCY_IMPORTS"):
+        assert how in message
+    for name, value in (("declared", 3), ("registered", 4)):
+        done = _agency("runs", "resume", name, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr
+        assert f"run {name}: completed" in done.stdout
+        assert f"value: {value}" in done.stdout
+
+    unnamed = _agency("runs", "resume", "named", cwd=tmp_path, env=env)
+    assert unnamed.returncode == 1
+    assert "named 'trust-refund'" in unnamed.stderr
+    assert "--import MODULE" in unnamed.stderr
+    moved = _agency("runs", "resume", "named", "--import", "trust_moved", cwd=tmp_path, env=env)
+    assert moved.returncode == 0, moved.stderr
+    assert "value: 41" in moved.stdout  # the name found the function where it lives now
+
+
+_OUTSIDE_APP = """
+import pathlib
+
+from agency_runtime import agency
+
+HERE = pathlib.Path(__file__).parent
+
+
+@agency.entry
+def job(run: str) -> str:
+    marker = HERE / f"{run}.failed-once"
+    if not marker.exists():
+        marker.write_text("x")
+        raise RuntimeError("the first attempt fails")
+    return f"{run} done"
+"""
+
+
+@pytest.mark.slow
+def test_import_and_agency_imports_name_a_module_outside_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    library, work = tmp_path / "lib", tmp_path / "work"
+    library.mkdir()
+    work.mkdir()
+    (library / "outside_app.py").write_text(_OUTSIDE_APP)
+    url = f"sqlite:///{tmp_path / 'out.db'}"
+    env = _child_env(AGENCY_STORE=url, PYTHONPATH=str(library))
+    started = _python(
+        "from outside_app import job\n"
+        "from agency_runtime import agency\n"
+        "for run in ('o-1', 'o-2'):\n"
+        "    print(agency.run_sync(job, run, run_id=run).status)\n",
+        cwd=work,
+        env=env,
+    )
+    assert started.stdout.split() == ["failed", "failed"]
+
+    refused = _agency("runs", "resume", "o-1", cwd=work, env=env)
+    assert refused.returncode == 1
+    assert "not importing 'outside_app'" in refused.stderr
+    assert "not under the working directory" in refused.stderr
+    done = _agency("runs", "resume", "o-1", "--import", "outside_app", cwd=work, env=env)
+    assert done.returncode == 0, done.stderr
+    assert 'value: "o-1 done"' in done.stdout
+
+    resume = (
+        "import anyio\nfrom agency_runtime import agency\nprint(anyio.run(agency.resume, 'o-2'))"
+    )
+    with pytest.raises(AssertionError, match="EntryNotAllowedError"):
+        _python(resume, cwd=work, env=env)
+    resumed = _python(resume, cwd=work, env={**env, "AGENCY_IMPORTS": "json, outside_app"})
+    assert "status='completed'" in resumed.stdout
+    assert "value='o-2 done'" in resumed.stdout
+
+
+def test_declaring_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refund_a(n: int) -> int:
+        return n
+
+    def refund_b(n: int) -> int:
+        return n
+
+    assert agency.entry(refund_a) is refund_a  # returned unchanged
+    assert agency.entry(name="test-cli-refund")(refund_a) is refund_a
+    assert agency.register_entry(refund_a, name="test-cli-refund") is refund_a
+    with pytest.raises(InvalidArgumentError, match="declared already"):
+        agency.register_entry(refund_b, name="test-cli-refund")
+    with pytest.raises(InvalidArgumentError, match="an entry has one name"):
+        agency.register_entry(refund_a, name="test-cli-other")
+    for bad in ("", "has:colon", "has space", "-dash-first"):
+        with pytest.raises(InvalidArgumentError, match="an entry name"):
+            agency.register_entry(refund_b, name=bad)
+    with pytest.raises(InvalidArgumentError, match="declare a function"):
+        agency.entry("refund")  # type: ignore[call-overload]
+    assert find_entry("any-run", "test-cli-refund") is refund_a
+    with pytest.raises(EntryNotAllowedError, match="named 'no-such-name'"):
+        find_entry("any-run", "no-such-name")
+    monkeypatch.setenv("AGENCY_IMPORTS", "no_such_module_here")
+    with pytest.raises(EntryImportError, match="AGENCY_IMPORTS"):
+        find_entry("any-run", "also-no-such-name")
 
 
 # -- the demo --------------------------------------------------------------------------------

@@ -1,9 +1,17 @@
-"""The order workflow, Telegram bot and research helper examples run as a user would run them."""
+"""The order workflow, Telegram bot and research helper examples run as a user would run them.
+
+The examples are copied into the test's directory, which is the working directory of every
+command, as in the README: ``python3 examples/order_workflow.py start order-1``, then
+``python3 -m agency_runtime runs respond order-1 --approve`` from the same directory (the CLI
+imports a recorded script only from under the working directory, and runs only declared
+entries).
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +23,12 @@ EXAMPLES = ROOT / "examples"
 CLI = ROOT / "agency_runtime" / "cli.py"
 
 
+@pytest.fixture(autouse=True)
+def _examples_here(tmp_path: Path) -> None:
+    """A copy of ``examples/`` in the test's directory, as in a checkout of the project."""
+    shutil.copytree(EXAMPLES, tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {**os.environ, "AGENCY_STORE": f"sqlite:///{tmp_path}/ex.db"}
     for name in ("AGENCY_MODEL", "TELEGRAM_BOT_TOKEN", "TELEGRAM_CHAT", "OPEN_TASKS_FILE"):
@@ -22,26 +36,32 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _run(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _run(
+    tmp_path: Path, *args: str, timeout: float = 60, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env=_env(tmp_path),
-        cwd=tmp_path,
+        cwd=cwd or tmp_path,
     )
 
 
+ORDER = "examples/order_workflow.py"
+RESEARCH = "examples/research_helper.py"
+
+
 def _start_order(tmp_path: Path, order_id: str) -> None:
-    done = _run(tmp_path, str(EXAMPLES / "order_workflow.py"), "start", order_id)
+    done = _run(tmp_path, ORDER, "start", order_id)
     assert done.returncode == 0, done.stderr
     assert f"order {order_id}: paused, asks: Charge $9.00 for 2 x tea?" in done.stdout
     assert f"python3 -m agency_runtime runs respond {order_id} --approve" in done.stdout
 
 
 def _assert_completed_once(tmp_path: Path, order_id: str) -> None:
-    done = _run(tmp_path, str(EXAMPLES / "order_workflow.py"), "status", order_id)
+    done = _run(tmp_path, ORDER, "status", order_id)
     assert done.returncode == 0, done.stderr
     assert f"order {order_id}: completed" in done.stdout
     assert '"status": "charged"' in done.stdout
@@ -55,7 +75,7 @@ def _assert_completed_once(tmp_path: Path, order_id: str) -> None:
 
 def test_order_workflow_pauses_then_the_cli_answer_completes_it(tmp_path: Path) -> None:
     _start_order(tmp_path, "order-7")
-    status = _run(tmp_path, str(EXAMPLES / "order_workflow.py"), "status", "order-7")
+    status = _run(tmp_path, ORDER, "status", "order-7")
     assert "order order-7: paused" in status.stdout
     assert "waiting for an answer: Charge $9.00 for 2 x tea?" in status.stdout
     if not CLI.exists():
@@ -66,6 +86,25 @@ def test_order_workflow_pauses_then_the_cli_answer_completes_it(tmp_path: Path) 
     )
     assert answered.returncode == 0, answered.stdout + answered.stderr
     _assert_completed_once(tmp_path, "order-7")
+
+
+def test_order_workflow_answered_from_another_directory_needs_import(tmp_path: Path) -> None:
+    """Outside the directory that holds the script, the CLI imports it only when told to."""
+    _start_order(tmp_path, "order-9")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    respond = ("-m", "agency_runtime", "runs", "respond", "order-9", "--approve")
+    refused = _run(tmp_path, *respond, cwd=elsewhere)
+    assert refused.returncode == 1
+    assert "the script is not under the working directory" in refused.stderr
+    assert "--import MODULE" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    status = _run(tmp_path, ORDER, "status", "order-9")
+    assert "order order-9: paused" in status.stdout  # nothing ran, no answer was stored
+
+    answered = _run(tmp_path, *respond, "--import", f"../{ORDER}", cwd=elsewhere)
+    assert answered.returncode == 0, answered.stdout + answered.stderr
+    _assert_completed_once(tmp_path, "order-9")
 
 
 def test_order_workflow_is_answered_from_another_process(tmp_path: Path) -> None:
@@ -87,7 +126,7 @@ def test_order_workflow_is_answered_from_another_process(tmp_path: Path) -> None
 
 
 def test_telegram_bot_offline_prints_the_transcript(tmp_path: Path) -> None:
-    done = _run(tmp_path, str(EXAMPLES / "telegram_bot.py"), "--offline")
+    done = _run(tmp_path, "examples/telegram_bot.py", "--offline")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert "you ▸ Hi! My name is Ada." in lines
@@ -98,13 +137,13 @@ def test_telegram_bot_offline_prints_the_transcript(tmp_path: Path) -> None:
 
 
 def test_telegram_bot_needs_a_token_without_offline(tmp_path: Path) -> None:
-    done = _run(tmp_path, str(EXAMPLES / "telegram_bot.py"), "8587")
+    done = _run(tmp_path, "examples/telegram_bot.py", "8587")
     assert done.returncode == 2
     assert "TELEGRAM_BOT_TOKEN" in done.stderr
 
 
 def test_research_helper_asks_for_budget_and_completes(tmp_path: Path) -> None:
-    done = _run(tmp_path, str(EXAMPLES / "research_helper.py"))
+    done = _run(tmp_path, RESEARCH)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert re.search(r"run research-\w+: paused", out)
@@ -118,7 +157,7 @@ def test_research_helper_asks_for_budget_and_completes(tmp_path: Path) -> None:
 
 
 def test_research_helper_ask_prints_the_cli_command_that_completes_it(tmp_path: Path) -> None:
-    done = _run(tmp_path, str(EXAMPLES / "research_helper.py"), "--ask")
+    done = _run(tmp_path, RESEARCH, "--ask")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "interrupt std::guard" in done.stdout
     command = re.search(

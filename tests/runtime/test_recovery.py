@@ -211,6 +211,7 @@ def charge() -> str:
     return record("charge")
 
 
+@agency.entry
 async def place(order: Order) -> dict:
     assert isinstance(order, Order), f"got a {type(order).__name__}, not an Order"
 
@@ -279,6 +280,7 @@ def record(name: str) -> str:
     return name
 
 
+@agency.entry
 async def main(n: int) -> int:
     async def body(s):
         await s.step(lambda: record("one"), name="one")
@@ -315,13 +317,15 @@ async def test_an_entry_defined_in_a_script_resumes_from_another_process_by_its_
     stored = await agency.runs.get("script-1", store=sqlite_at)
     assert stored.entry == f"{script}:main"
 
+    # From a directory the script is not under, it is imported only when named as the
+    # application's (the store is data, never code: DESIGN §10.2).
     second = _python(
         [
             "-c",
             "import anyio; from agency_runtime import agency; "
             "r = anyio.run(agency.resume, 'script-1'); print(r.status, r.value)",
         ],
-        env=env,
+        env={**env, "AGENCY_IMPORTS": str(script)},
         cwd=elsewhere,
     )
     assert second.stdout.strip() == "completed 42"
