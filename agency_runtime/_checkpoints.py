@@ -30,8 +30,8 @@ async def create_checkpoint(label: str | None = None, *, pinned: bool = False) -
     frame = current_frame("checkpoint()")
     journal = journal_of(frame.ctx)
     position = position_of(frame)
-    ordinal = journal.ordinal(position.address, "checkpoint")
-    checkpoint_id = f"cp:{position.address or '/'}#{ordinal}"
+    token = journal.next_token(position.address, "checkpoint")
+    checkpoint_id = f"cp:{position.address or '/'}#{token}"
     if checkpoint_id in journal.checkpoints:
         return checkpoint_id  # a replay passes the same checkpoint: keep the recorded one
     try:

@@ -25,6 +25,7 @@ returns the most recent items; either way the answer is newest first. Items past
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -35,7 +36,7 @@ from datetime import UTC, datetime
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from ._errors import AgencyError, InvalidArgumentError, StoreError
-from ._frame import current_frame_maybe
+from ._frame import current_frame_maybe, position_of
 from ._journal import journal_of
 from ._records import MemoryRecord
 from ._store import Store
@@ -179,7 +180,7 @@ class ConversationMemory:
         try:
             created_at = self._stamp()
             record = MemoryRecord(
-                id=f"mem_{uuid.uuid4().hex}",
+                id=self._item_id(content, tag_list, scope),
                 namespace=self._namespace,
                 content=content,
                 tags=tag_list,
@@ -294,6 +295,24 @@ class ConversationMemory:
             ) from exc
 
     # -- internals -------------------------------------------------------------------------
+
+    def _item_id(self, content: str, tags: list[str], scope: str) -> str:
+        """The id of an item saved now: derived from where it is saved inside a run.
+
+        Inside a run the id is a digest of the run id, the saving step's path, the save's
+        ordinal there and the item itself, so a step that runs again after a crash (its
+        save stored, its commit lost) saves the same item under the same id: once. Outside a
+        run it is random.
+        """
+        frame = current_frame_maybe()
+        if frame is None or frame.ctx.run_id is None:
+            return f"mem_{uuid.uuid4().hex}"
+        journal = journal_of(frame.ctx)
+        address = position_of(frame).address
+        token = journal.next_token(address, "memory-save")
+        key = "\x00".join([frame.ctx.run_id, address, token, self._namespace, scope, content,
+                           *tags])  # fmt: skip
+        return f"mem_{hashlib.blake2b(key.encode(), digest_size=16).hexdigest()}"
 
     def _stamp(self) -> float:
         """The clock's reading, strictly after the previous stamp of this memory."""

@@ -1,10 +1,20 @@
-"""Replaying what a journaled step or LLM call did to the run's state.
+"""The one journaled-effect primitive: run once, commit with everything it changed, replay.
 
-While a step runs, every change it makes is reported (``_threads.CHANGES``): thread changes
-(``new``, ``push``, ``queue``, ``take``), spend (``["cost", pico, tokens]``) and guard grants
-(``["grant", guard_id, pico, seconds, disarm]``). They are journaled with the step; when the
-step is replayed instead of run, :func:`replay_changes` applies them again, so the threads,
-the guards' spend and their grants are as if the step had run.
+A step of a resumable scope, an ``agency.llm`` call and an ``agency.memory`` operation are
+*units* of a run, each at its own path. The first time a unit runs, :func:`perform` records
+what it changes (``_threads.Recorder``: thread changes, spend, guard grants) and commits its
+outcome with those changes and **the spend it made itself** as one journal entry. When the
+entry exists, :func:`replay` applies the recorded changes again (threads, guards' spend and
+grants are as if it had run) and returns the recorded outcome without running anything: no
+provider is called and nothing is paid twice.
+
+A unit may also record a *failure* (an LLM call that failed after its retries, or whose
+answer never matched its schema): replaying it raises the same error again, so code that
+caught it takes the same path on every replay. A recorded failure that ends the run is
+forgotten when the run stops, so a retry of the failed run runs the call again.
+
+Every recorded item is checked against the call that claims it: a unit replayed under
+another name raises :class:`NondeterminismError` naming both sides.
 """
 
 from __future__ import annotations
@@ -15,22 +25,56 @@ from typing import Any, TypeVar
 
 from pydantic_core import from_json, to_json
 
-from ._errors import JournalCorruptError, NondeterminismError
+from ._branches import at_base
+from ._errors import (
+    JournalCorruptError,
+    LLMCallError,
+    NondeterminismError,
+    StructuredOutputError,
+)
 from ._frame import Frame
 from ._guards import apply_grant, charge_guards, find_guard
-from ._journal import journal_of
+from ._journal import RunJournal, journal_of
 from ._records import JournalEntry
-from ._threads import CHANGES, THREAD_CHANGE_KINDS, ThreadChange, report_change
+from ._threads import CHANGES, THREAD_CHANGE_KINDS, Recorder, ThreadChange, report_change
 
-__all__ = ["journaled", "replay_changes"]
+__all__ = ["journaled", "perform", "recorded", "replay", "replay_changes", "same_name"]
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+RECORDED_FAILURES: tuple[type[Exception], ...] = (StructuredOutputError, LLMCallError)
+"""The failures an LLM call journals like an answer."""
+
+
+def _failure_json(exc: Exception) -> str:
+    data: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, StructuredOutputError):
+        data.update(raw=exc.raw, errors=exc.errors)
+    elif isinstance(exc, LLMCallError):
+        data.update(model=exc.model, attempts=exc.attempts)
+    return to_json(data).decode()
+
+
+def _failure_from(text: str) -> Exception:
+    data = from_json(text)
+    kind, message = str(data["type"]), str(data["message"])
+    if kind == "StructuredOutputError":
+        return StructuredOutputError(
+            message, raw=str(data.get("raw", "")), errors=[str(e) for e in data["errors"]]
+        )
+    if kind == "LLMCallError":
+        return LLMCallError(
+            message, model=str(data.get("model", "")), attempts=int(data.get("attempts", 0))
+        )
+    raise ValueError(f"unknown recorded failure {kind!r}")
 
 
 def replay_changes(frame: Frame, changes: list[ThreadChange]) -> None:
-    """Apply recorded changes in ``frame`` and report them to an enclosing running step.
+    """Apply recorded changes in ``frame`` and report them to an enclosing running unit.
 
-    The run's own spend is not charged again: the stored run cost already holds it.
+    The run's own spend is not charged again: the run starts from the spend its committed
+    entries hold.
     """
     for change in changes:
         kind = change[0]
@@ -47,6 +91,124 @@ def replay_changes(frame: Frame, changes: list[ThreadChange]) -> None:
         report_change(change)
 
 
+def same_name(recorded_name: str, name: str) -> bool:
+    """Whether a unit called ``name`` may claim an entry recorded as ``recorded_name``.
+
+    Before lambdas were named after what they call, an unnamed lambda step was recorded as
+    ``…<lambda>``; such an entry is claimed by the same lambda under its new name.
+    """
+    if recorded_name == name:
+        return True
+    return recorded_name.endswith("<lambda>") and name.startswith(recorded_name[:-1] + ":")
+
+
+def recorded(journal: RunJournal, path: str, name: str, callsite: str) -> JournalEntry | None:
+    """The entry recorded at ``path``, checked against the unit that claims it now."""
+    entry = journal.entries.get(path)
+    if entry is not None and not same_name(entry.name, name):
+        raise NondeterminismError(
+            f"run {journal.run_id!r} replayed {path!r} as {name!r} (called at "
+            f"{callsite or 'an unknown place'}), but the journal recorded {entry.name!r} "
+            f"there (called at {entry.callsite or 'an unknown place'}). The code changed "
+            "under an in-flight run: restore the old code to finish it, or start a new run."
+        )
+    return entry
+
+
+def replay(frame: Frame, journal: RunJournal, entry: JournalEntry, decode: Callable[[str], T]) -> T:
+    """Apply ``entry``'s changes and return its decoded result (or raise its failure)."""
+    try:
+        if entry.deltas:
+            replay_changes(frame, from_json(entry.deltas))
+        if entry.error is None:
+            return decode(entry.result)
+        failure = _failure_from(entry.error)
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise JournalCorruptError(
+            f"the journal of run {journal.run_id!r} is damaged at {entry.path!r} "
+            f"({entry.name}): {exc}. Fork the run before it with agency.runs.fork(...) or "
+            "start a new run."
+        ) from exc
+    journal.failed(entry.path, failure)
+    raise failure
+
+
+async def perform(
+    frame: Frame,
+    journal: RunJournal,
+    path: str,
+    name: str,
+    callsite: str,
+    operation: Callable[[], Awaitable[T]],
+    *,
+    encode: Callable[[T], tuple[str, V]],
+    fields: Callable[[], dict[str, Any]] | None = None,
+    failures: tuple[type[Exception], ...] = (),
+) -> V:
+    """Run ``operation`` as the unit at ``path`` and commit it; return its decoded value.
+
+    ``encode(result)`` gives the JSON text to journal and the value to return (it may
+    raise, e.g. ``StepResultError``: then nothing is committed). ``fields()`` adds columns
+    of the entry (a scope step's locals and scope chain). An exception in ``failures`` is
+    committed as the unit's outcome before it propagates.
+    """
+    outer = CHANGES.get()
+    recorder = Recorder()
+    token = CHANGES.set(recorder)
+    try:
+        with at_base(path):
+            result = await operation()
+        text, value = encode(result)
+    except failures as exc:
+        CHANGES.reset(token)
+        await _commit(frame, journal, path, name, callsite, recorder, "null", None, exc)
+        if outer is not None:
+            outer.absorb(recorder, spend=False)
+        journal.failed(path, exc)
+        raise
+    except BaseException:
+        CHANGES.reset(token)
+        if outer is not None:
+            outer.absorb(recorder, spend=True)  # uncommitted: the spend stays with the outer
+        raise
+    CHANGES.reset(token)
+    await _commit(frame, journal, path, name, callsite, recorder, text, fields, None)
+    if outer is not None:
+        outer.absorb(recorder, spend=False)
+    return value
+
+
+async def _commit(
+    frame: Frame,
+    journal: RunJournal,
+    path: str,
+    name: str,
+    callsite: str,
+    recorder: Recorder,
+    result: str,
+    fields: Callable[[], dict[str, Any]] | None,
+    failure: Exception | None,
+) -> None:
+    values: dict[str, Any] = {
+        "run_id": journal.run_id or "",
+        "seq": journal.next_seq(),
+        "path": path,
+        "name": name,
+        "callsite": callsite,
+        "result": result,
+        "locals": None,
+        "scopes": None,
+        "deltas": to_json(recorder.changes).decode() if recorder.changes else None,
+        "error": None if failure is None else _failure_json(failure),
+        "cost_pico": recorder.pico,
+        "tokens": recorder.tokens,
+        "created_at": time.time(),
+    }
+    if fields is not None:
+        values.update(fields())
+    await journal.commit_step(JournalEntry.from_row(values))
+
+
 async def journaled(
     frame: Frame,
     path: str,
@@ -56,56 +218,21 @@ async def journaled(
     encode: Callable[[T], Any],
     decode: Callable[[Any], T],
     callsite: str = "",
+    failures: tuple[type[Exception], ...] = (),
 ) -> T:
     """Run ``operation`` once per run at ``path``: later executions replay its outcome.
 
-    The first time, the changes the operation makes (threads, spend, grants) are recorded
-    and committed with ``encode(result)`` as one journal entry (inside a run). When the
-    entry exists, its changes are replayed and ``decode(recorded)`` is returned instead of
-    running the operation: no provider is called and nothing is paid twice.
+    ``encode(result)`` is the JSON data journaled; ``decode(data)`` rebuilds the result on
+    replay. ``failures``: exceptions journaled as the outcome (and raised again on replay).
     """
     journal = journal_of(frame.ctx)
-    entry = journal.entries.get(path)
+    entry = recorded(journal, path, name, callsite)
     if entry is not None:
-        if entry.name != name:
-            raise NondeterminismError(
-                f"run {entry.run_id!r} replayed {path!r} as {name}, but the journal recorded "
-                f"{entry.name!r} there. The code changed under an in-flight run."
-            )
-        try:
-            if entry.deltas:
-                replay_changes(frame, from_json(entry.deltas))
-            return decode(from_json(entry.result))
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            raise JournalCorruptError(
-                f"the journal of run {entry.run_id!r} is damaged at {name} {path!r}: {exc}"
-            ) from exc
-    changes: list[ThreadChange] = []
-    token = CHANGES.set(changes)
-    try:
-        result = await operation()
-    finally:
-        CHANGES.reset(token)
-    outer = CHANGES.get()
-    if outer is not None:
-        outer.extend(changes)
-    if journal.durable:
-        await journal.commit_step(
-            JournalEntry.from_row(
-                {
-                    "run_id": journal.run_id or "",
-                    "seq": journal.next_seq(),
-                    "path": path,
-                    "name": name,
-                    "callsite": callsite,
-                    "result": to_json(encode(result)).decode(),
-                    "locals": None,
-                    "scopes": None,
-                    "deltas": to_json(changes).decode() if changes else None,
-                    "cost_pico": frame.ctx.cost_pico,
-                    "tokens": frame.ctx.tokens,
-                    "created_at": time.time(),
-                }
-            )
-        )
-    return result
+        return replay(frame, journal, entry, lambda text: decode(from_json(text)))
+
+    def encoded(result: T) -> tuple[str, T]:
+        return to_json(encode(result)).decode(), result
+
+    return await perform(
+        frame, journal, path, name, callsite, operation, encode=encoded, failures=failures
+    )

@@ -21,6 +21,7 @@ Tree::
     ├── RunNotFoundError (also LookupError)
     ├── RunConflictError
     ├── EntryImportError
+    │   └── EntryNotAllowedError
     ├── RunFailedError
     ├── RunPausedError
     ├── ResultSerializationError
@@ -29,6 +30,7 @@ Tree::
     ├── CheckpointError
     ├── HandlerRecursionError
     ├── AgencyCancelledError
+    ├── RunInterruptedError
     ├── GuardExceededError
     ├── GuardApproveError
     ├── LockReentryError
@@ -53,6 +55,7 @@ __all__ = [
     "AgencyError",
     "CheckpointError",
     "EntryImportError",
+    "EntryNotAllowedError",
     "GuardApproveError",
     "GuardExceededError",
     "HandlerRecursionError",
@@ -68,6 +71,7 @@ __all__ = [
     "ResultSerializationError",
     "RunConflictError",
     "RunFailedError",
+    "RunInterruptedError",
     "RunNotFoundError",
     "RunPaused",
     "RunPausedError",
@@ -146,6 +150,10 @@ class EntryImportError(AgencyError):
     """A run's entry could not be re-imported from its recorded ``module:qualname``."""
 
 
+class EntryNotAllowedError(EntryImportError):
+    """A stored run names an entry the application did not declare, so it is not run."""
+
+
 class RunFailedError(AgencyError):
     """``RunResult.unwrap()`` was called on a run that failed or was cancelled."""
 
@@ -200,6 +208,10 @@ class AgencyCancelledError(AgencyError):
         super().__init__(message)
 
 
+class RunInterruptedError(AgencyError):
+    """A run was interrupted from outside (its caller cancelled, Ctrl-C) before it finished."""
+
+
 class GuardExceededError(AgencyError):
     """A cost or time guard's budget was exceeded."""
 
@@ -211,13 +223,45 @@ class GuardExceededError(AgencyError):
         guard_id: str,
         label: str | None = None,
     ) -> None:
+        # The dimension is "cost" (limit and spent in US dollars) or "time" (in seconds);
+        # guard_id and label name the guard. The message says which guard tripped, by how
+        # much, and the ways on: raise the limit, approve more budget, or catch the error.
         self.type = type
         self.limit = limit
         self.spent = spent
         self.guard_id = guard_id
         self.label = label
-        name = f'guard "{label}"' if label else "guard"
-        super().__init__(f"{name} exceeded: {type} limit {limit}, spent {spent}")
+        if label:
+            name, where = f'{type} guard "{label}"', f" (guard id {guard_id})"
+        else:
+            name, where = f"{type} guard {guard_id}", ""
+        if type == "time":
+            amounts = f"its budget of {self._seconds(limit)}: {self._seconds(spent)} passed"
+            factories, more = "agency.time_guard(...) / agency.with_time_guard(...)", "time"
+            grant = '{"max_time": <extra seconds>}'
+        else:
+            amounts = (
+                f"its budget of {self._dollars(limit)} (US dollars): spent {self._dollars(spent)}"
+            )
+            factories, more = "agency.cost_guard(...) / agency.with_cost_guard(...)", "budget"
+            grant = '{"max_cost": <extra US dollars>}'
+        super().__init__(
+            f"{name} exceeded {amounts}{where}. To go on: raise the limit given to {factories}; "
+            f"approve more {more} when the guard asks through a std::guard interrupt (after an "
+            f"LLM call): approve({grant}); or catch GuardExceededError where the work may stop."
+        )
+
+    @staticmethod
+    def _dollars(usd: float) -> str:
+        """``$0.050000``: at least six decimals, up to twelve (pico-dollars) when they matter."""
+        whole, _, decimals = f"{usd:.12f}".partition(".")
+        return f"${whole}.{decimals.rstrip('0').ljust(6, '0')}"
+
+    @staticmethod
+    def _seconds(seconds: float) -> str:
+        """``30 seconds``, ``0.05 seconds``: to the millisecond, trailing zeros cut."""
+        text = f"{seconds:.3f}".rstrip("0").rstrip(".")
+        return f"{text} second" if text == "1" else f"{text} seconds"
 
 
 class GuardApproveError(AgencyError):

@@ -12,10 +12,12 @@ from __future__ import annotations
 import builtins
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
+from ._branches import run_root
 from ._checkpoints import create_checkpoint, get_checkpoint, restore
 from ._context import AbortSignal, BranchState, RuntimeContext
+from ._entry import declare_entry
 from ._errors import InvalidArgumentError
 from ._frame import (
     CallsiteLocation,
@@ -47,6 +49,7 @@ from ._threads import (
 __all__ = ["Agency", "agency"]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 Fn = Callable[[], T | Awaitable[T]]
 
 
@@ -88,16 +91,23 @@ class ThreadNamespace:
 
     def _switched(self, thread_id: str | int, member: str) -> Frame:
         frame = current_frame(member)
-        return frame.evolve(threads=frame.threads.view(thread_id))
+        return frame.evolve(threads=frame.threads.view_creating(thread_id))
 
     def with_(self, thread_id: str | int, fn: Fn[T]) -> Awaitable[T]:
-        """Run ``fn`` with ``thread_id`` as the active thread; the switch ends with ``fn``."""
+        """Run ``fn`` with ``thread_id`` as the active thread; the switch ends with ``fn``.
+
+        A thread id not created yet is created (empty) under exactly that id; the previous
+        thread is active again afterwards.
+        """
         _check_fn(fn, "thread.with_()")
         return call_in_frame(self._switched(thread_id, "thread.with_()"), fn)
 
     @contextmanager
     def use(self, thread_id: str | int) -> Iterator[MessageThread]:
-        """``with agency.thread.use(thread_id) as thread:`` — a scoped switch of active thread."""
+        """``with agency.thread.use(thread_id) as thread:`` — a scoped switch of active thread.
+
+        A thread id not created yet is created (empty) under exactly that id.
+        """
         frame = self._switched(thread_id, "thread.use()")
         with use_frame(frame):
             yield frame.threads.get(thread_id)
@@ -154,6 +164,35 @@ class Agency:
     cost_guard = staticmethod(cost_guard)
     with_time_guard = staticmethod(with_time_guard)
     time_guard = staticmethod(time_guard)
+
+    # -- declared entries --------------------------------------------------------------------
+
+    @overload
+    def entry(self, fn: F, /) -> F: ...
+
+    @overload
+    def entry(self, fn: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
+
+    def entry(self, fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+        """Declare a run entry: ``@agency.entry`` or ``@agency.entry(name="refund")``.
+
+        The function is returned unchanged. Only declared entries (and ones this process
+        ran) continue a stored run — in ``agency.resume``, ``respond_to_interrupts`` and the
+        ``agency runs`` CLI — because the store is data, never code. With ``name``, runs
+        record the name instead of ``module:qualname``, so the function may move; a new
+        process then needs the declaring module imported (``--import`` / ``AGENCY_IMPORTS``).
+        """
+        if fn is None:
+
+            def declare(target: F) -> F:
+                return declare_entry(target, name=name)
+
+            return declare
+        return declare_entry(fn, name=name)
+
+    def register_entry(self, fn: F, name: str | None = None) -> F:
+        """Declare ``fn`` as a run entry without a decorator (see :meth:`entry`); returns it."""
+        return declare_entry(fn, name=name)
 
     def preload(self, *, wait: bool = False) -> None:
         """Start importing litellm in a background thread now (it takes seconds).
@@ -285,7 +324,13 @@ class Agency:
             raise InvalidArgumentError("agency.with_test_context needs fn=<a callable to run>")
         _check_fn(fn, "with_test_context()")
         assert ctx is None or isinstance(ctx, RuntimeContext)
-        return call_in_frame(self._test_frame(ctx, stack, threads), fn)
+        frame = self._test_frame(ctx, stack, threads)
+
+        async def call() -> T:
+            with run_root():
+                return await call_in_frame(frame, fn)
+
+        return call()
 
     @contextmanager
     def test_context(
@@ -295,7 +340,8 @@ class Agency:
         threads: ThreadStore | None = None,
     ) -> Iterator[Frame]:
         """``with agency.test_context() as frame:`` — the context-manager form, for unit tests."""
-        with use_frame(self._test_frame(ctx, stack, threads)) as frame:
+        frame = self._test_frame(ctx, stack, threads)
+        with run_root(), use_frame(frame):
             yield frame
 
 

@@ -29,7 +29,7 @@ from ._errors import GuardApproveError, GuardExceededError, InvalidArgumentError
 from ._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._journal import journal_of
 from ._money import format_usd, pico_to_usd, usd_to_pico
-from ._threads import report_change
+from ._threads import report_change, report_spend
 
 __all__ = [
     "CostGuard",
@@ -124,9 +124,8 @@ Guard = CostGuard | TimeGuard
 
 def _guard_id(frame: Frame, kind: str) -> str:
     journal = journal_of(frame.ctx)
-    position = position_of(frame)
-    ordinal = journal.ordinal(position.address, f"{kind}-guard")
-    return f"{kind}-guard:{position.address or '/'}#{ordinal}"
+    address = position_of(frame).address
+    return f"{kind}-guard:{address or '/'}#{journal.next_token(address, f'{kind}-guard')}"
 
 
 # -- billing -----------------------------------------------------------------------------------
@@ -142,6 +141,7 @@ def charge(frame: Frame, *, pico: int = 0, tokens: int = 0, enforce: bool = True
     frame.ctx.charge(pico=pico, tokens=tokens)
     charge_guards(frame, pico)
     if pico or tokens:
+        report_spend(pico, tokens)
         report_change(["cost", pico, tokens])
     if enforce:
         for guard in reversed(frame.stack.guards):

@@ -23,9 +23,16 @@ import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
-from ._errors import AgencyError, HandlerRecursionError, InvalidArgumentError, RunPaused
+from ._errors import (
+    AgencyError,
+    HandlerRecursionError,
+    InvalidArgumentError,
+    NondeterminismError,
+    RunPaused,
+)
 from ._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._journal import journal_of
+from ._jsondata import check_text, json_problem
 from ._records import InterruptResponse
 from ._results import Interrupt
 
@@ -82,8 +89,12 @@ def pass_() -> HandlerDecision:
     return HandlerDecision(type="pass")
 
 
-def interrupt_id(run_id: str, address: str, ordinal: int) -> str:
-    """The deterministic id of the ``ordinal``-th interrupt at ``address`` of a run."""
+def interrupt_id(run_id: str, address: str, ordinal: int | str) -> str:
+    """The deterministic id of the ``ordinal``-th interrupt at ``address`` of a run.
+
+    ``ordinal`` is a plain number for the task that opened ``address``, a branch-qualified
+    token (``"2.0:0"``) for a concurrent branch (see :mod:`agency_runtime._branches`).
+    """
     digest = hashlib.blake2b(f"{run_id}\x00{address}\x00{ordinal}".encode(), digest_size=10)
     return f"intr_{digest.hexdigest()}"
 
@@ -161,6 +172,21 @@ async def dispatch(frame: Frame, asked: Interrupt) -> InterruptResponse | None:
     return approvals[-1]  # the outermost approval wins
 
 
+def _same_question(recorded: Interrupt, effect: str, message: str, data: Any) -> bool:
+    """Whether a recorded question is the one asked now (its answer may be handed over).
+
+    A guard's question is identified by its guard id, not its text (the text shows the time
+    spent, which differs on every replay).
+    """
+    if recorded.effect != effect:
+        return False
+    if effect == "std::guard":
+        before = recorded.data if isinstance(recorded.data, dict) else {}
+        now = data if isinstance(data, dict) else {}
+        return before.get("guard_id") == now.get("guard_id")
+    return recorded.message == message
+
+
 async def interrupt(
     effect: str = "unknown",
     message: str = "",
@@ -183,6 +209,17 @@ async def ask(
         raise InvalidArgumentError(
             f"an interrupt's effect must be a non-empty string, got {effect!r}"
         )
+    if not isinstance(message, str):
+        raise InvalidArgumentError(
+            f"an interrupt's message must be a string, got {type(message).__name__}"
+        )
+    check_text(effect, "an interrupt's effect")
+    check_text(message, "an interrupt's message")
+    problem = json_problem(data)
+    if problem is not None:
+        raise InvalidArgumentError(
+            f"interrupt data must be JSON data, since it is stored: {problem}"
+        )
     try:
         data = from_json(to_json(data))  # what is stored is what everyone sees
     except (PydanticSerializationError, TypeError, ValueError) as exc:
@@ -190,11 +227,19 @@ async def ask(
             f"interrupt data must be JSON data or pydantic models, since it is stored ({exc})"
         ) from exc
     journal = journal_of(frame.ctx)
-    position = position_of(frame)
-    ordinal = journal.ordinal(position.address, "interrupt")
-    key = interrupt_id(journal.run_id or "", position.address, ordinal)
+    address = position_of(frame).address
+    key = interrupt_id(journal.run_id or "", address, journal.next_token(address, "interrupt"))
     answer = journal.answers.get(key)
     if answer is not None:
+        asked_before = journal.asked.get(key)
+        if asked_before is not None and not _same_question(asked_before, effect, message, data):
+            raise NondeterminismError(
+                f"run {journal.run_id!r} asked interrupt {key} at {address or 'the run root'!r} "
+                f"as {effect!r} ({message!r}), but the journal recorded an answer to "
+                f"{asked_before.effect!r} ({asked_before.message!r}) there. The code changed "
+                "under an in-flight run (or asks in an order that is not deterministic): "
+                "restore the old code to finish it, or start a new run."
+            )
         return answer
     asked = Interrupt(
         interrupt_id=key,

@@ -12,6 +12,7 @@ from collections import OrderedDict, defaultdict
 
 from pydantic_core import from_json
 
+from ._branches import qualify, tick
 from ._context import RuntimeContext
 from ._errors import AgencyCancelledError, JournalCorruptError
 from ._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
@@ -32,9 +33,11 @@ class RunJournal:
         "_counters",
         "_last_scopes",
         "answers",
+        "asked",
         "checkpoints",
         "entries",
         "execution",
+        "failures",
         "owner",
         "paused",
         "pending",
@@ -59,15 +62,19 @@ class RunJournal:
         self.entries: dict[str, JournalEntry] = {}
         self.answers: dict[str, InterruptResponse] = {}
         self.pending: dict[str, Interrupt] = {}
+        self.asked: dict[str, Interrupt] = {}
+        """The recorded question of every answered interrupt (checked when it is asked again)."""
         self.checkpoints: dict[str, Checkpoint] = {}
-        self.scope_names: dict[tuple[str, int], str] = {}
+        self.scope_names: dict[tuple[str, str], str] = {}
         self.scope_locals: dict[str, str] = {}
         self.restores: dict[str, int] = defaultdict(int)
         self.seq = 0
         self.execution = 0
         """How many times the entry has started in this attempt (a restore starts it again)."""
         self.paused: list[Interrupt] = []
-        self._counters: dict[tuple[str, str], int] = defaultdict(int)
+        self.failures: list[tuple[BaseException, str]] = []
+        """Recorded failures raised in this execution (performed or replayed), with paths."""
+        self._counters: dict[tuple[str, str, str], int] = defaultdict(int)
         self._last_scopes: str | None = None
         if journal is not None:
             self._load(journal)
@@ -88,6 +95,7 @@ class RunJournal:
                 self.pending[key] = answer.interrupt
             else:
                 self.answers[key] = answer.response
+                self.asked[key] = answer.interrupt
 
     def _index(self, entry: JournalEntry) -> None:
         self.entries[entry.path] = entry
@@ -100,7 +108,7 @@ class RunJournal:
             try:
                 chain = from_json(entry.scopes)
                 for parent, ordinal, name in chain:
-                    self.scope_names[(str(parent), int(ordinal))] = str(name)
+                    self.scope_names[(str(parent), str(ordinal))] = str(name)
             except (ValueError, TypeError) as exc:
                 raise JournalCorruptError(
                     f"the journal of run {self.run_id!r} is damaged at step {entry.path!r}: "
@@ -118,14 +126,53 @@ class RunJournal:
         """Reset what one execution of the entry counts (a restore re-runs the entry)."""
         self._counters.clear()
         self.paused = []
+        self.failures = []
         self.execution += 1
 
-    def ordinal(self, address: str, kind: str) -> int:
-        """The next ordinal of ``kind`` (scope, interrupt, checkpoint, …) at ``address``."""
-        key = (address, kind)
+    def ordinal(self, address: str, kind: str, branch: str = "") -> int:
+        """The next ordinal of ``kind`` (scope, interrupt, checkpoint, …) at ``address``,
+        counted apart for each concurrent ``branch`` (see :mod:`agency_runtime._branches`)."""
+        key = (address, branch, kind)
         value = self._counters[key]
         self._counters[key] = value + 1
         return value
+
+    def count(self, address: str, kind: str) -> tuple[str, int]:
+        """Count one ``kind`` event of the current task at ``address``.
+
+        Returns the task's branch there (``""`` for the task that opened ``address``) and
+        the event's ordinal within that branch, so neither depends on how concurrent
+        branches interleave (see :mod:`agency_runtime._branches`).
+        """
+        branch = tick(address)
+        return branch, self.ordinal(address, kind, branch)
+
+    def next_token(self, address: str, kind: str) -> str:
+        """:meth:`count` as one token: ``"3"``, or ``"2.0:3"`` in a concurrent branch."""
+        branch, ordinal = self.count(address, kind)
+        return qualify(branch, str(ordinal))
+
+    def failed(self, path: str, exc: BaseException) -> None:
+        """Note that the recorded failure at ``path`` was raised as ``exc``."""
+        self.failures.append((exc, path))
+
+    def uncaught(self, error: BaseException | None) -> list[str]:
+        """Paths of recorded failures that ended the run (``error`` or what caused it)."""
+        if error is None or not self.failures:
+            return []
+        seen: set[int] = set()
+        pending: list[BaseException] = [error]
+        while pending:
+            exc = pending.pop()
+            if id(exc) in seen:
+                continue
+            seen.add(id(exc))
+            if isinstance(exc, BaseExceptionGroup):
+                pending.extend(exc.exceptions)
+            for linked in (exc.__cause__, exc.__context__):
+                if linked is not None:
+                    pending.append(linked)
+        return sorted({path for exc, path in self.failures if id(exc) in seen})
 
     def next_seq(self) -> int:
         """Reserve the next journal position."""
@@ -172,12 +219,20 @@ class RunJournal:
         for interrupt in self.paused:
             self.pending[interrupt.interrupt_id] = interrupt
 
-    async def rewind(self, seq: int, *, overrides: str | None = None) -> None:
-        """Forget (and delete from the store) every event after position ``seq``."""
+    async def rewind(
+        self, seq: int, *, overrides: str | None = None, checkpoint: Checkpoint | None = None
+    ) -> None:
+        """Forget (and delete from the store) every event after position ``seq``.
+
+        ``overrides`` and ``checkpoint`` (the restored checkpoint with its restore count) are
+        stored in the same transaction.
+        """
         if self.store is not None:
             assert self.run_id is not None
             assert self.owner is not None
-            if not await self.store.rewind(self.run_id, seq, owner=self.owner, overrides=overrides):
+            if not await self.store.rewind(
+                self.run_id, seq, owner=self.owner, overrides=overrides, checkpoint=checkpoint
+            ):
                 raise self._lost()
         entries = [e for e in self.entries.values() if e.seq <= seq]
         self.entries, self.scope_locals, self.scope_names = {}, {}, {}
@@ -185,10 +240,12 @@ class RunJournal:
         for entry in sorted(entries, key=lambda e: e.seq):
             self._index(entry)
         self.checkpoints = {k: c for k, c in self.checkpoints.items() if c.seq <= seq}
+        if checkpoint is not None:
+            self.checkpoints[checkpoint.checkpoint_id] = checkpoint
         # Answers and pending interrupts carry no position in memory; reload keeps it exact.
         if self.store is not None:
             assert self.run_id is not None
-            self.answers, self.pending = {}, {}
+            self.answers, self.pending, self.asked = {}, {}, {}
             self._load_answers((await self.store.load_journal(self.run_id)).answers)
         self.seq = max(self.seq, seq)
 
@@ -222,7 +279,9 @@ class _PausedJournals:
         journal = item[1]
         for key, response in answers.items():
             journal.answers[key] = response
-            journal.pending.pop(key, None)
+            asked = journal.pending.pop(key, None)
+            if asked is not None:
+                journal.asked[key] = asked
         self._items[(id(store), run_id)] = (version + 1, journal)
 
     def take(self, store: Store, run_id: str, version: int) -> RunJournal | None:

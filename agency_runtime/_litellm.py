@@ -10,6 +10,7 @@ ahead of time.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from types import ModuleType
 import anyio.to_thread
 
 __all__ = [
+    "IMPORT_NOTICE",
+    "add_import_notice",
     "add_load_hook",
     "litellm_module",
     "load_litellm",
@@ -28,6 +31,25 @@ __all__ = [
 _lock = threading.Lock()
 _module: ModuleType | None = None
 _hooks: list[Callable[[ModuleType], None]] = []
+_notices: list[Callable[[str], None]] = []
+_noticed = False
+
+logger = logging.getLogger("agency_runtime.llm")
+
+IMPORT_NOTICE = "loading litellm for the first LLM call (a few seconds, once per process)…"
+"""What an LLM call that has to wait for ``import litellm`` says before it waits."""
+
+
+def add_import_notice(notice: Callable[[str], None]) -> None:
+    """Call ``notice(message)`` when an LLM call starts waiting for ``import litellm``.
+
+    Command-line tools use it to say what they are waiting for (the import takes seconds);
+    the message is also logged at INFO on ``agency_runtime.llm``. Called at most once per
+    process, and not at all when litellm is already loaded.
+    """
+    with _lock:
+        if notice not in _notices:
+            _notices.append(notice)
 
 
 def add_load_hook(hook: Callable[[ModuleType], None]) -> None:
@@ -64,9 +86,21 @@ def load_litellm_sync() -> ModuleType:
 
 async def load_litellm() -> ModuleType:
     """litellm, imported in a worker thread the first time so the event loop never blocks."""
+    global _noticed
     module = _module
     if module is not None:
         return module
+    with _lock:
+        notices = [] if _noticed or _module is not None else list(_notices)
+        first = not _noticed
+        _noticed = True
+    if first:
+        logger.info(IMPORT_NOTICE)
+        for notice in notices:
+            try:
+                notice(IMPORT_NOTICE)
+            except Exception:  # a notice is a courtesy; it never fails the call
+                logger.debug("an import notice failed", exc_info=True)
     return await anyio.to_thread.run_sync(load_litellm_sync)
 
 

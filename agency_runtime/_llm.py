@@ -28,8 +28,9 @@ import anyio
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
 
+from ._branches import qualify
 from ._context import AbortSignal
-from ._effects import journaled
+from ._effects import RECORDED_FAILURES, journaled
 from ._errors import (
     AgencyCancelledError,
     AgencyError,
@@ -170,8 +171,9 @@ async def llm(
     adapter = None if schema is None else _adapter(schema)
     journal = journal_of(frame.ctx)
     address = position_of(frame).address
-    ordinal = journal.ordinal(address, "llm")
-    path = f"{address}/llm#{ordinal}" if address else f"llm#{ordinal}"
+    branch, ordinal = journal.count(address, "llm")
+    segment = qualify(branch, f"llm#{ordinal}")
+    path = f"{address}/{segment}" if address else segment
     value, _text = await journaled(
         frame,
         path,
@@ -182,6 +184,7 @@ async def llm(
         encode=lambda outcome: _recorded(outcome, adapter),
         decode=lambda recorded: _revived(recorded, adapter),
         callsite=chosen,
+        failures=RECORDED_FAILURES,
     )
     await gate(frame)
     return value
@@ -382,36 +385,74 @@ def _supports_schema(litellm: Any, model: str) -> bool:
 
 _FENCE = re.compile(r"```(?:[A-Za-z]+)?\s*\n?(.*?)```", re.DOTALL)
 _ENVELOPES = ("data", "result", "output", "response", "answer", "value")
+_OPENERS = re.compile(r"[\[{]")
+_DECODER = json.JSONDecoder()
+_MAX_STARTS = 32
+"""At most this many ``{``/``[`` positions of one text are tried as the start of a JSON value.
+
+Each try may scan to the end of the text, so the bound keeps a pathological answer (thousands
+of unclosed brackets) linear in its length instead of quadratic."""
 
 
-def _loads(text: str) -> Any:
-    stripped = text.strip()
-    fence = _FENCE.search(stripped)
-    if fence:
-        stripped = fence.group(1).strip()
+class _NoJSONError(ValueError):
+    """The answer holds no JSON value that could be parsed."""
+
+
+def _values_in(text: str) -> tuple[list[Any], bool]:
+    """The complete JSON values in ``text`` in order (bounded), and whether one nested too deep.
+
+    The whole text first, when it is one JSON document (a scalar too); otherwise each value
+    that starts at a ``{`` or ``[`` and parses completely, scanning on after its end. Trailing
+    text after a value (``{"a": 1}}``, ``{"a": 1} (hope that helps :})``) is ignored.
+    """
+    too_deep = False
     try:
-        return json.loads(stripped)
+        return [json.loads(text)], False
+    except RecursionError:
+        too_deep = True
     except ValueError:
         pass
-    starts = [i for i in (stripped.find("{"), stripped.find("[")) if i >= 0]
-    if starts:
-        start = min(starts)
-        end = max(stripped.rfind("}"), stripped.rfind("]"))
-        if end > start:
-            return json.loads(stripped[start : end + 1])
-    raise ValueError(f"the answer is not JSON: {text[:80]!r}")
+    values: list[Any] = []
+    position = 0
+    for _ in range(_MAX_STARTS):
+        opener = _OPENERS.search(text, position)
+        if opener is None:
+            break
+        try:
+            value, end = _DECODER.raw_decode(text, opener.start())
+        except RecursionError:
+            too_deep = True
+            position = opener.start() + 1
+        except ValueError:
+            position = opener.start() + 1
+        else:
+            values.append(value)
+            position = end
+    return values, too_deep
 
 
-def parse_structured(text: str, adapter: TypeAdapter[Any]) -> Any:
-    """Parse a model's answer into ``adapter``'s type, forgiving common wrappers.
+def _json_values(text: str) -> list[Any]:
+    """The JSON values of a model's answer, the first complete one first.
 
-    Accepts code fences, prose around one JSON document, an envelope such as
-    ``{"data": ...}`` and a single-key object around the value.
+    A code fence's content is searched before the rest of the answer. Raises
+    :class:`_NoJSONError` (a ``ValueError``) when there is none.
     """
-    try:
-        data = _loads(text)
-    except ValueError:
-        return adapter.validate_python(text.strip())  # a plain-text answer to a str schema
+    stripped = text.strip()
+    fence = _FENCE.search(stripped)
+    too_deep = False
+    for candidate in (fence.group(1).strip(), stripped) if fence else (stripped,):
+        values, deep = _values_in(candidate)
+        if values:
+            return values
+        too_deep = too_deep or deep
+    snippet = f"{text[:80]!r}{'…' if len(text) > 80 else ''}"
+    if too_deep:
+        raise _NoJSONError(f"the answer's JSON is nested too deeply to parse: {snippet}")
+    raise _NoJSONError(f"the answer contains no JSON value ({{...}} or [...]): {snippet}")
+
+
+def _validate_unwrapping(data: Any, adapter: TypeAdapter[Any]) -> Any:
+    """``data`` validated, else an envelope's or a single-key object's value; else the error."""
     try:
         return adapter.validate_python(data)
     except ValidationError as first:
@@ -424,4 +465,37 @@ def parse_structured(text: str, adapter: TypeAdapter[Any]) -> Any:
                     return adapter.validate_python(candidate)
                 except ValidationError:
                     continue
+        raise first
+
+
+def parse_structured(text: str, adapter: TypeAdapter[Any]) -> Any:
+    """Parse a model's answer into ``adapter``'s type, forgiving common wrappers.
+
+    Accepts code fences, prose around the JSON, trailing text after it (a stray ``}``), an
+    envelope such as ``{"data": ...}`` and a single-key object around the value. The first
+    complete JSON value in the answer is used; when it does not validate, the later ones are
+    tried (prose may cite ``[1]`` before the answer), and the first value's validation error
+    is raised when none fits.
+
+    Raises:
+        pydantic.ValidationError: the answer's JSON does not match the schema.
+        ValueError: the answer holds no JSON value (or only one nested too deeply to parse)
+            and is not itself a valid value (the plain text of a ``str`` schema is).
+    """
+    try:
+        values = _json_values(text)
+    except _NoJSONError as missing:
+        try:
+            return adapter.validate_python(text.strip())  # a plain-text answer to a str schema
+        except ValidationError as exc:
+            reasons = "; ".join(str(error["msg"]) for error in exc.errors()[:3])
+            raise _NoJSONError(f"{missing} (as plain text: {reasons})") from exc
+    try:
+        return _validate_unwrapping(values[0], adapter)
+    except ValidationError as first:
+        for data in values[1:]:
+            try:
+                return _validate_unwrapping(data, adapter)
+            except ValidationError:
+                continue
         raise first

@@ -44,6 +44,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ._branches import qualify
 from ._context import RuntimeContext
 from ._effects import journaled
 from ._errors import (
@@ -1117,7 +1118,8 @@ async def _journaled(
     """
     journal = journal_of(frame.ctx)
     position = position_of(frame)
-    segment = f"memory#{journal.ordinal(position.address, 'memory')}"
+    branch, ordinal = journal.count(position.address, "memory")
+    segment = qualify(branch, f"memory#{ordinal}")
     path = f"{position.address}/{segment}" if position.address else segment
     inner = frame.evolve(scope=Position(position.scope, path))
 

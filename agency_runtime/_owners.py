@@ -21,10 +21,12 @@ def owner_id(nonce: str) -> str:
 
 
 def holder_is_dead(owner: str | None) -> bool:
-    """Whether ``owner`` is a process of this machine that no longer exists.
+    """Whether ``owner`` is a process of this machine that no longer runs.
 
-    Only a process of this host can be checked. A reused pid makes a dead holder look
-    alive, which is safe: the caller then waits for the lease as it would anyway.
+    Only a process of this host can be checked. A process that was killed but not yet
+    reaped by its parent (a zombie) still answers ``kill(pid, 0)``, yet will never renew its
+    lease: it counts as dead. A reused pid makes a dead holder look alive, which is safe:
+    the caller then waits for the lease as it would anyway.
     """
     if owner is None:
         return False
@@ -32,10 +34,21 @@ def holder_is_dead(owner: str | None) -> bool:
     pid_text = rest.partition(":")[0]
     if host != HOST or not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
+    pid = int(pid_text)
     try:
-        os.kill(int(pid_text), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:  # it exists but belongs to someone else, or cannot be signalled here
+        return _is_zombie(pid)
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits to be reaped (Linux ``/proc``; else ``False``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[-1].split()
+    except OSError:
         return False
-    return False
+    return bool(fields) and fields[0] in (b"Z", b"X")

@@ -38,7 +38,7 @@ class InterruptResponse(BaseModel):
 
 
 class JournalEntry(BaseModel):
-    """One completed step, committed with everything it changed."""
+    """One completed step (or journaled call), committed with everything it changed."""
 
     model_config = ConfigDict()
 
@@ -53,10 +53,20 @@ class JournalEntry(BaseModel):
         default=None, description="The JSON [[parent, ordinal, name], ...] of enclosing scopes."
     )
     deltas: str | None = Field(
-        default=None, description="The JSON list of thread changes the step made."
+        default=None,
+        description="The JSON list of changes the step made (threads, spend, guard grants).",
     )
-    cost_pico: int = Field(default=0, description="The run's total spend when the step ended.")
-    tokens: int = Field(default=0, description="The run's total tokens when the step ended.")
+    error: str | None = Field(
+        default=None,
+        description="The JSON of the failure the step recorded (an LLM call that failed); "
+        "replaying the step raises it again.",
+    )
+    cost_pico: int = Field(
+        default=0,
+        description="The spend the step made itself, in pico-dollars (journaled calls nested "
+        "in it commit their own).",
+    )
+    tokens: int = Field(default=0, description="The tokens the step billed itself.")
     created_at: float = Field(default_factory=time.time)
 
     @classmethod

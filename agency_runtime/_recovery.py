@@ -5,12 +5,18 @@ from __future__ import annotations
 import builtins
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
-from ._entry import decode_arguments, find_entry, remember_entry, remembered_entry
+from ._entry import (
+    decode_arguments,
+    find_entry,
+    known_entry,
+    remember_entry,
+    remembered_entry,
+)
 from ._errors import (
     EntryImportError,
     InterruptAnswerError,
@@ -24,7 +30,11 @@ from ._results import Interrupt, RunResult, RunStatus
 from ._run import _result_from_record, drive
 from ._store import RunRecord, Store, resolve_store
 
-__all__ = ["RunsNamespace", "respond_to_interrupts", "resume"]
+__all__ = ["MAX_LIST_LIMIT", "RunsNamespace", "respond_to_interrupts", "resume"]
+
+MAX_LIST_LIMIT = 10_000
+"""The most runs one ``agency.runs.list`` call returns; page with ``offset`` for more."""
+_MAX_OFFSET = 2**63 - 1  # SQLite's largest integer
 
 
 async def _get(store: Store, run_id: str) -> RunRecord:
@@ -37,7 +47,12 @@ async def _get(store: Store, run_id: str) -> RunRecord:
 
 
 async def _continue(store: Store, record: RunRecord) -> RunResult:
-    """Run ``record`` again from its journal with its stored entry and arguments."""
+    """Run ``record`` again from its journal with its stored entry and arguments.
+
+    The entry must be one the application declared or this process ran
+    (:func:`~agency_runtime._entry.find_entry`); else :class:`EntryNotAllowedError` is raised
+    and nothing runs.
+    """
     entry = find_entry(record.run_id, record.entry)
     try:
         args, kwargs = decode_arguments(entry, record.arguments)
@@ -53,17 +68,17 @@ async def _continue(store: Store, record: RunRecord) -> RunResult:
 async def resume(run_id: str, *, store: str | Store | None = None) -> RunResult:
     """Continue run ``run_id`` from its journal (after a crash, a failure or a pause).
 
-    The entry is the one this process ran it with, else it is imported by its recorded
-    ``module:qualname`` (or script path). A completed or cancelled run returns its stored
-    result.
+    The store is data, never code: the entry is the one this process ran it with, else a
+    declared entry (``@agency.entry`` / ``agency.register_entry``) found by its recorded name
+    or ``module:qualname`` (or script path), imported only from the application's modules;
+    anything else raises :class:`EntryNotAllowedError` and nothing runs. A completed or
+    cancelled run returns its stored result and imports nothing (its value is revived into
+    the entry's return type only when this process knows the entry already).
     """
     store_ = resolve_store(store)
     record = await _get(store_, run_id)
     if record.is_final:
-        try:
-            entry: Any = find_entry(record.run_id, record.entry)
-        except EntryImportError:
-            entry = None
+        entry: Any = known_entry(record.run_id, record.entry)
         return _result_from_record(record, entry)
     return await _continue(store_, record)
 
@@ -98,23 +113,24 @@ def _parse_response(value: object, key: str) -> InterruptResponse:
 
 
 async def respond_to_interrupts(
-    interrupts: Sequence[Interrupt | Mapping[str, Any]] | RunResult,
+    target: RunResult | RunRecord | str | Sequence[Interrupt | Mapping[str, Any]],
     responses: Sequence[InterruptResponse] | Mapping[str, InterruptResponse],
     *,
     store: str | Store | None = None,
 ) -> RunResult:
     """Answer a paused run's interrupts, then continue the run and return its result.
 
-    ``interrupts`` is the paused :class:`RunResult` or its interrupts; ``responses`` is a
-    list aligned with them or a dict keyed by ``interrupt_id``; every answer is
-    ``approve(value)`` or ``reject(value)``. Answers are stored before anything runs again,
-    and the call that asked each question gets its answer when the run reaches it.
+    ``target`` names the paused run: its :class:`RunResult`, its :class:`RunRecord`
+    (``agency.runs.get(...)``), its run id, or the list of its interrupts. ``responses`` is
+    a list aligned with the run's pending interrupts or a dict keyed by ``interrupt_id``;
+    every answer is ``approve(value)`` or ``reject(value)``. Answers are stored before
+    anything runs again, and the call that asked each question gets its answer when the
+    run reaches it. A second process answers in one line::
+
+        await agency.respond_to_interrupts("order-7", [approve()], store="sqlite:///a.db")
     """
-    if isinstance(interrupts, RunResult):
-        interrupts = interrupts.interrupts
-    if not isinstance(interrupts, Sequence) or isinstance(interrupts, str) or not interrupts:
-        raise InterruptAnswerError("respond_to_interrupts: give the paused run's interrupts")
-    asked = [i if isinstance(i, Interrupt) else Interrupt.model_validate(i) for i in interrupts]
+    store_ = resolve_store(store)
+    asked = await _asked(target, store_)
     keys = [i.interrupt_id for i in asked]
     if len(set(keys)) != len(keys):
         raise InterruptAnswerError(f"respond_to_interrupts: interrupt ids repeat in {keys}")
@@ -145,13 +161,13 @@ async def respond_to_interrupts(
             "or a dict keyed by interrupt_id"
         )
     run_id = str(asked[0].run_id)
-    store_ = resolve_store(store)
     record = await _get(store_, run_id)
     if record.status != "paused":
         raise InterruptAnswerError(
             f"respond_to_interrupts: run {run_id!r} is {record.status}, not paused, so it has "
             "no interrupts to answer"
         )
+    find_entry(record.run_id, record.entry)  # refused entries are refused before any answer
     refused = await store_.answer_interrupts(run_id, answers)
     if not refused:
         paused_journals.answered(store_, run_id, record.version, answers)
@@ -164,6 +180,38 @@ async def respond_to_interrupts(
     return await _continue(store_, record)
 
 
+async def _asked(
+    target: RunResult | RunRecord | str | Sequence[Interrupt | Mapping[str, Any]], store: Store
+) -> list[Interrupt]:
+    """The interrupts ``target`` points at (read from the store for a run id or record)."""
+    if isinstance(target, str | RunRecord):
+        run_id = target if isinstance(target, str) else target.run_id
+        record = await _get(store, run_id)
+        if record.status != "paused" or not record.interrupts:
+            raise InterruptAnswerError(
+                f"respond_to_interrupts: run {run_id!r} is {record.status}, not paused on "
+                "interrupts, so there is nothing to answer"
+            )
+        return list(record.interrupts)
+    interrupts: Any = target.interrupts if isinstance(target, RunResult) else target
+    if isinstance(target, RunResult) and target.status != "paused":
+        raise InterruptAnswerError(
+            f"respond_to_interrupts: run {target.run_id!r} is {target.status}, not paused, so "
+            "it has no interrupts to answer"
+        )
+    if not isinstance(interrupts, Sequence) or isinstance(interrupts, str) or not interrupts:
+        raise InterruptAnswerError(
+            "respond_to_interrupts: give the paused run (its RunResult, RunRecord or run id) "
+            "or its interrupts"
+        )
+    try:
+        return [i if isinstance(i, Interrupt) else Interrupt.model_validate(i) for i in interrupts]
+    except ValidationError as exc:
+        raise InterruptAnswerError(
+            f"respond_to_interrupts: the interrupts given are not interrupts of a run: {exc}"
+        ) from exc
+
+
 class RunsNamespace:
     """``agency.runs``: an admin view of the runs in a store."""
 
@@ -173,11 +221,28 @@ class RunsNamespace:
         store: str | Store | None = None,
         status: RunStatus | None = None,
         limit: int = 100,
+        offset: int = 0,
     ) -> builtins.list[RunRecord]:
-        """Runs, newest first (optionally only those with ``status``)."""
-        if limit < 1:
-            raise InvalidArgumentError(f"limit must be 1 or more, got {limit}")
-        return await resolve_store(store).list_runs(status=status, limit=limit)
+        """Up to ``limit`` runs, newest first, after the first ``offset`` (a page).
+
+        Optionally only those with ``status``. ``limit`` is 1 to ``MAX_LIST_LIMIT``
+        (10 000); ``offset`` is 0 or more. The order is stable, so consecutive pages
+        (``offset=0, 100, 200, ...``) do not overlap while no run is added.
+        """
+        if status is not None and status not in get_args(RunStatus):
+            raise InvalidArgumentError(
+                f"status must be one of {', '.join(get_args(RunStatus))}, got {status!r}"
+            )
+        for what, value, low, high in (
+            ("limit", limit, 1, MAX_LIST_LIMIT),
+            ("offset", offset, 0, _MAX_OFFSET),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                raise InvalidArgumentError(
+                    f"{what} must be a whole number from {low} to {high}, got {shown}"
+                )
+        return await resolve_store(store).list_runs(status=status, limit=limit, offset=offset)
 
     async def get(self, run_id: str, *, store: str | Store | None = None) -> RunRecord:
         """The stored run ``run_id``; raises :class:`RunNotFoundError` if there is none."""

@@ -20,37 +20,41 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+from pydantic import ValidationError
 
+from ._branches import run_root
 from ._context import BranchState, RuntimeContext
 from ._entry import (
     check_entry,
     decode_arguments,
     diff_arguments,
     encode_arguments,
+    encode_overrides,
     encode_value,
     entry_ref,
+    location_ref,
     remember_entry,
     return_adapter,
     revive_value,
+    stored_globals,
 )
 from ._errors import (
     AgencyCancelledError,
     AgencyError,
-    EntryImportError,
     InvalidArgumentError,
     RestoreSignal,
-    ResultSerializationError,
     RunConflictError,
+    RunInterruptedError,
     RunPaused,
-    StoreError,
 )
 from ._frame import Frame, call_in_frame
 from ._journal import RunJournal, paused_journals
+from ._jsondata import check_text
 from ._money import pico_to_usd
 from ._owners import holder_is_dead, owner_id
 from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._store import RunRecord, Store, resolve_store
-from ._threads import CHANGES, ThreadStore
+from ._threads import CHANGES, Recorder, ThreadStore
 
 __all__ = ["drive", "run", "run_sync"]
 
@@ -72,12 +76,15 @@ def _check_run_id(run_id: object) -> str:
         raise InvalidArgumentError(
             f"run_id must be at most {_MAX_RUN_ID} printable characters, got {run_id!r:.80}"
         )
+    check_text(run_id, "run_id")
     return run_id
 
 
-def _check_same_inputs(stored: RunRecord, ref: str, arguments: str) -> None:
+def _check_same_inputs(
+    stored: RunRecord, ref: str, arguments: str, location: str | None = None
+) -> None:
     differences: list[str] = []
-    if stored.entry != ref:
+    if stored.entry not in (ref, location):
         differences.append(f"entry: stored {stored.entry!r}, given {ref!r}")
     if stored.arguments != arguments:
         differences.extend(diff_arguments(stored.arguments, arguments))
@@ -143,7 +150,7 @@ async def run(
 
     stored = await store_.get_run(run_id)
     if stored is not None:
-        _check_same_inputs(stored, ref, arguments)
+        _check_same_inputs(stored, ref, arguments, location_ref(entry))
         if stored.is_final:
             return _result_from_record(stored, entry)
         model = model or stored.model
@@ -175,7 +182,7 @@ async def drive(
         )
         if claim.acquired:
             break
-        _check_same_inputs(claim.record, record.entry, record.arguments)
+        _check_same_inputs(claim.record, record.entry, record.arguments, location_ref(entry))
         if claim.record.is_final:
             return _result_from_record(claim.record, entry)
         if holder_is_dead(claim.record.lease_owner):
@@ -228,53 +235,68 @@ async def _execute(
     *,
     fresh: bool = False,
 ) -> RunResult:
+    """Execute a claimed run and store its outcome; never leaves it ``running``.
+
+    Whatever happens inside — a value that does not fit the entry's annotation, a store
+    failure, a bug of ours — ends as a result (``failed`` with the error); an interruption
+    from outside (an enclosing cancel scope, ``KeyboardInterrupt``) still stores the run as
+    ``failed`` and releases its lease before it propagates.
+    """
     ctx = RuntimeContext(record.run_id, model=record.model)
-    ctx.charge(pico=record.cost_pico, tokens=record.tokens)
+    root = Recorder(keep=False)
     journal: RunJournal | None = None
     status: RunStatus = "failed"
     value: Any = None
     value_json: str | None = None
     error: BaseException | None = None
     interrupts: list[Interrupt] = []
+    interrupted: BaseException | None = None
     started = record.started_at or time.time()
-    async with anyio.create_task_group() as renewals:
-        renewals.start_soon(_renew_lease, store, record.run_id, owner)
-        try:
-            journal = await _open_journal(store, record, owner, ctx, fresh=fresh)
-            if record.overrides is not None:
-                args, kwargs = decode_arguments(entry, record.overrides)
-            while True:
-                journal.begin_execution()
-                outcome = await _call_entry(ctx, entry, args, kwargs)
-                if isinstance(outcome, RestoreSignal):
-                    args, kwargs = await _rewind(journal, ctx, entry, args, kwargs, outcome)
-                    continue
-                break
-            if isinstance(outcome, RunPaused):
-                await journal.record_pause()
-                status, interrupts = "paused", _unique(journal.paused or outcome.interrupts)
-            elif isinstance(outcome, AgencyCancelledError):
-                status, error = "cancelled", outcome
-            elif isinstance(outcome, _Completed):
-                value_json = encode_value(
-                    outcome.value, what=f"the value returned by run {record.run_id!r}"
+    try:
+        async with anyio.create_task_group() as renewals:
+            renewals.start_soon(_renew_lease, store, record.run_id, owner)
+            try:
+                journal = await _open_journal(store, record, owner, ctx, fresh=fresh)
+                if record.overrides is not None:
+                    args, kwargs = decode_arguments(entry, record.overrides)
+                    ctx.globals.update(stored_globals(record.overrides))
+                while True:
+                    journal.begin_execution()
+                    outcome = await _call_entry(ctx, root, entry, args, kwargs)
+                    if isinstance(outcome, RestoreSignal):
+                        args, kwargs = await _rewind(journal, ctx, entry, args, kwargs, outcome)
+                        continue
+                    break
+                if isinstance(outcome, RunPaused):
+                    await journal.record_pause()
+                    status, interrupts = "paused", _unique(journal.paused or outcome.interrupts)
+                elif isinstance(outcome, AgencyCancelledError):
+                    status, error = "cancelled", outcome
+                elif isinstance(outcome, _Completed):
+                    text = encode_value(
+                        outcome.value, what=f"the value returned by run {record.run_id!r}"
+                    )
+                    value = _validated(text, entry)
+                    status, value_json = "completed", text
+                else:
+                    status, error = "failed", outcome
+                    logger.debug("run %r failed", record.run_id, exc_info=outcome)
+            except Exception as exc:  # a failure of any kind is the run's result
+                status, error = (
+                    ("cancelled" if isinstance(exc, AgencyCancelledError) else "failed"),
+                    exc,
                 )
-                status, value = "completed", revive_value(value_json, return_adapter(entry))
-            else:
-                status, error = "failed", outcome
-                logger.debug("run %r failed", record.run_id, exc_info=outcome)
-        except (
-            ResultSerializationError,
-            EntryImportError,
-            AgencyCancelledError,
-            StoreError,
-        ) as exc:
-            status, error = (
-                ("cancelled" if isinstance(exc, AgencyCancelledError) else "failed"),
-                exc,
-            )
-        finally:
-            renewals.cancel_scope.cancel()
+                if not isinstance(exc, AgencyError | ValidationError):
+                    logger.warning("run %r failed inside the runtime", record.run_id, exc_info=exc)
+            finally:
+                renewals.cancel_scope.cancel()
+    except BaseException as exc:  # cancelled from outside, KeyboardInterrupt, SystemExit
+        interrupted = exc
+        status, value, value_json, interrupts = "failed", None, None, []
+        error = RunInterruptedError(
+            f"run {record.run_id!r} was interrupted ({type(exc).__name__}) before it "
+            f"finished; continue it with agency.resume({record.run_id!r})"
+        )
     finished = time.time()
     outcome_record = record.model_copy(
         update={
@@ -287,11 +309,30 @@ async def _execute(
             "finished_at": finished,
         }
     )
+    forget = journal.uncaught(error) if journal is not None and status == "failed" else []
+    stored = False
     with anyio.CancelScope(shield=True):
-        stored = await store.finish_run(outcome_record, owner=owner)
+        try:
+            stored = await store.finish_run(
+                outcome_record, owner=owner, unjournaled=(root.pico, root.tokens), forget=forget
+            )
+        except Exception as exc:  # the outcome could not be stored: say so, never "completed"
+            logger.warning("run %r: its outcome could not be stored", record.run_id, exc_info=exc)
+            status, value, error = "failed", None, exc
+            outcome_record = outcome_record.model_copy(
+                update={
+                    "status": status,
+                    "value": None,
+                    "error": ErrorInfo.from_exception(exc),
+                    "interrupts": [],
+                }
+            )
+            interrupts = []
+    if interrupted is not None:
+        raise interrupted
     if stored and status == "paused" and journal is not None:
         paused_journals.keep(store, record.run_id, record.version + 1, journal)
-    if not stored:
+    if not stored and error is None:
         logger.warning(
             "run %r finished with status %r, but it was cancelled or another process holds "
             "its lease now; the store keeps that outcome",
@@ -314,22 +355,31 @@ async def _execute(
     )
 
 
+def _validated(text: str, entry: Callable[..., Any]) -> Any:
+    """The run's value revived into the entry's return annotation.
+
+    Raises the pydantic ``ValidationError`` (the run fails with it, naming the field) when
+    the value does not fit the annotation.
+    """
+    return revive_value(text, return_adapter(entry))
+
+
 async def _open_journal(
     store: Store, record: RunRecord, owner: str, ctx: RuntimeContext, *, fresh: bool
 ) -> RunJournal:
     """The run's journal (empty for a run created by this claim, cached if this process
-    paused it, else loaded), hung on ``ctx``."""
+    paused it, else loaded), hung on ``ctx``, whose spend starts from what the store holds:
+    the spend of every committed step plus the run's unjournaled spend."""
     journal = RunJournal(record.run_id, store, owner) if fresh else None
     if journal is None:
         journal = paused_journals.take(store, record.run_id, record.version)
     if journal is None:
         journal = RunJournal(record.run_id, store, owner, await store.load_journal(record.run_id))
     journal.owner = owner
-    # Spend never decreases: start from the most the store knows was spent.
     entries = journal.entries.values()
     ctx.charge(
-        pico=max([0, *(e.cost_pico - ctx.cost_pico for e in entries)]),
-        tokens=max([0, *(e.tokens - ctx.tokens for e in entries)]),
+        pico=sum(e.cost_pico for e in entries) + record.unjournaled_pico,
+        tokens=sum(e.tokens for e in entries) + record.unjournaled_tokens,
     )
     ctx.journal = journal
     return journal
@@ -346,15 +396,22 @@ _Outcome = _Completed | RunPaused | RestoreSignal | AgencyCancelledError | Excep
 
 
 async def _call_entry(
-    ctx: RuntimeContext, entry: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ctx: RuntimeContext,
+    root: Recorder,
+    entry: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> _Outcome:
-    """Run the entry once in a fresh frame; sort how it ended (a value, a pause, …)."""
-    # A run started inside another run's step is its own run: its thread changes belong to
-    # its own journal, not to the enclosing step's.
-    changes_token = CHANGES.set(None)
+    """Run the entry once in a fresh frame; sort how it ended (a value, a pause, …).
+
+    ``root`` collects the spend made outside journaled steps. A run started inside another
+    run's step is its own run: its changes and spend belong to its own journal, not to the
+    enclosing step's.
+    """
+    changes_token = CHANGES.set(root)
     frame = Frame(ctx, BranchState.for_context(ctx), ThreadStore.with_default_active())
     try:
-        with anyio.CancelScope() as scope:
+        with run_root(), anyio.CancelScope() as scope:
             unsubscribe = frame.ctx.abort_signal.add_callback(lambda _reason: scope.cancel())
             try:
                 value = await call_in_frame(frame, lambda: entry(*args, **kwargs))
@@ -406,22 +463,25 @@ async def _rewind(
     kwargs: dict[str, Any],
     signal: RestoreSignal,
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Rewind to ``signal.checkpoint`` and return the arguments to run the entry with."""
-    overrides = None
+    """Rewind to ``signal.checkpoint`` and return the arguments to run the entry with.
+
+    The rewind, the restore count and the arguments and globals the entry runs with from now
+    on are stored in one transaction, so a process killed right after it resumes the
+    restored run as it is, never restoring again by mistake.
+    """
     if signal.new_args is not None:
         if isinstance(signal.new_args, dict):
             kwargs = {**kwargs, **signal.new_args}
         else:
             args = tuple(signal.new_args)
-        overrides = encode_arguments(args, kwargs)
-    await journal.rewind(signal.checkpoint.seq, overrides=overrides)
-    # Remember the count with the checkpoint, so max_restores holds across a resume.
-    key = signal.checkpoint.checkpoint_id
-    kept = journal.checkpoints.get(key, signal.checkpoint)
-    await journal.save_checkpoint(kept.model_copy(update={"restores": journal.restores[key]}))
     restored = {module: dict(values) for module, values in signal.checkpoint.globals.items()}
     if signal.new_globals:
         restored.setdefault("", {}).update(signal.new_globals)
+    overrides = encode_overrides(args, kwargs, restored)
+    key = signal.checkpoint.checkpoint_id
+    kept = journal.checkpoints.get(key, signal.checkpoint)
+    counted = kept.model_copy(update={"restores": journal.restores[key]})
+    await journal.rewind(signal.checkpoint.seq, overrides=overrides, checkpoint=counted)
     ctx.globals.clear()
     ctx.globals.update(restored)
     return args, kwargs

@@ -14,17 +14,18 @@ parent); a step's path is its scope's address plus its id (``outer/2/inner/0``).
 
 from __future__ import annotations
 
+import dis
 import inspect
 import sys
-import time
 from collections.abc import Awaitable, Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
-from ._effects import replay_changes
+from ._branches import at_base, qualify, tick
+from ._effects import perform, recorded, replay
 from ._entry import return_adapter
 from ._errors import (
     InvalidArgumentError,
@@ -34,14 +35,20 @@ from ._errors import (
 )
 from ._frame import _FRAME, Position, call_in_frame, current_frame, position_of, use_frame
 from ._journal import RunJournal, journal_of
-from ._records import JournalEntry
-from ._threads import CHANGES, ThreadChange
+from ._jsondata import json_problem
 
-__all__ = ["ResumableScope", "ResumableScopeOpts", "with_resumable_scope"]
+__all__ = ["ResumableScope", "ResumableScopeOpts", "step_name", "with_resumable_scope"]
 
 T = TypeVar("T")
 
 DEFAULT_MODULE_ID = "<py-helper>"
+
+
+def _fields(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or '(value)'}: {error['msg']}"
+        for error in exc.errors()
+    )
 
 
 class ResumableScopeOpts(BaseModel):
@@ -63,13 +70,74 @@ def _where(frame: FrameType) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-def _name_of(fn: Callable[..., Any]) -> str:
+_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_VARIABLES = frozenset(
+    {"LOAD_DEREF", "LOAD_CLOSURE", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"}
+)
+_ATTRIBUTES = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+_TRANSPARENT = frozenset({"CACHE", "EXTENDED_ARG", "NOP", "RESUME", "COPY_FREE_VARS"})
+_MAX_LAMBDA_NAMES = 4
+
+
+def _code_names(code: CodeType, closure: dict[str, Any], found: dict[str, None]) -> None:
+    """Add to ``found`` the names ``code`` calls or reads: globals and their attributes,
+    attributes of its variables, and variables holding callables (see :func:`step_name`)."""
+    chain: list[str] | None = None
+
+    def flush() -> None:
+        if chain:
+            found.setdefault(".".join(chain), None)
+
+    for instruction in dis.get_instructions(code):
+        op = instruction.opname
+        if op in _TRANSPARENT:
+            continue
+        if op in _LOADS:
+            flush()
+            chain = [str(instruction.argval)]
+        elif op in _VARIABLES and isinstance(instruction.argval, str):
+            flush()
+            variable = instruction.argval
+            chain = [variable] if callable(closure.get(variable)) else []
+        elif op in _ATTRIBUTES and chain is not None:
+            chain.append(str(instruction.argval))
+        else:
+            flush()
+            chain = None
+    flush()
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            _code_names(const, {}, found)
+
+
+def step_name(fn: Callable[..., Any]) -> str:
+    """A step's default name: the callable's qualified name.
+
+    A lambda is named after what its code calls or reads (``body.<locals>.<lambda:reserve>``,
+    ``<lambda:agency.llm>``): a deploy that swaps ``lambda: reserve(x)`` for
+    ``lambda: charge(x)`` then fails the determinism check instead of replaying the old
+    result, while moving lines or renaming its local variables does not.
+    """
     name = getattr(fn, "__qualname__", None)
     if isinstance(name, str):
+        code = getattr(fn, "__code__", None)
+        if name.endswith("<lambda>") and isinstance(code, CodeType):
+            cells = getattr(fn, "__closure__", None) or ()
+            closure: dict[str, Any] = {}
+            for variable, cell in zip(code.co_freevars, cells, strict=False):
+                try:
+                    closure[variable] = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+            found: dict[str, None] = {}
+            _code_names(code, closure, found)
+            names = list(found)[:_MAX_LAMBDA_NAMES]
+            if names:
+                return f"{name[:-1]}:{','.join(names)}>"
         return name
     inner = getattr(fn, "func", None)  # functools.partial
     if inner is not None:
-        return _name_of(inner)
+        return step_name(inner)
     return type(fn).__qualname__
 
 
@@ -94,7 +162,7 @@ class ResumableScope:
         address: str,
         module_id: str,
         journal: RunJournal,
-        chain: tuple[tuple[str, int, str], ...],
+        chain: tuple[tuple[str, int | str, str], ...],
     ) -> None:
         self.name = name
         self.address = address
@@ -105,10 +173,10 @@ class ResumableScope:
         self._halted = False
         self._halt_value: Any = None
         self._locals: dict[str, Any] = {}
-        recorded = journal.scope_locals.get(address)
-        if recorded is not None:
+        recorded_locals = journal.scope_locals.get(address)
+        if recorded_locals is not None:
             try:
-                self._locals = dict(from_json(recorded))
+                self._locals = dict(from_json(recorded_locals))
             except (ValueError, TypeError) as exc:
                 raise JournalCorruptError(
                     f"the journal of run {journal.run_id!r} holds unreadable locals for scope "
@@ -130,10 +198,20 @@ class ResumableScope:
         awaited). The result must be JSON data or pydantic models; it comes back
         round-tripped through JSON (revived into ``returns=`` or ``fn``'s return
         annotation when given), on the first run as on replay. ``name=`` names the step for
-        the determinism check (the default is ``fn``'s qualified name; use it for lambdas).
+        the determinism check (the default is ``fn``'s qualified name; a lambda is named
+        after what it calls, see :func:`step_name`).
+
+        Step ids are given at call time, in call order, by the task that opened the scope;
+        a concurrent task calling steps of this scope gets ids qualified by its branch
+        (``order/2.0:0``), so ids never depend on how tasks interleave.
         """
-        index = self._next_id
-        self._next_id += 1
+        journal = self._journal
+        branch = tick(self.address)
+        if branch:
+            index = f"{branch}:{journal.ordinal(self.address, 'step', branch)}"
+        else:
+            index = str(self._next_id)
+            self._next_id += 1
         if self._halted:
             return _ready(None)
         if not callable(fn):
@@ -142,52 +220,19 @@ class ResumableScope:
                 "wrap a call as s.step(lambda: work(x))"
             )
         path = f"{self.address}/{index}"
-        step_name = name if name is not None else _name_of(fn)
-        caller = sys._getframe(1)
-        entry = self._journal.entries.get(path)
+        called = name if name is not None else step_name(fn)
+        callsite = _where(sys._getframe(1))
+        entry = recorded(journal, path, called, callsite)
         if entry is not None:
-            if entry.name != step_name:
-                raise self._desync(entry, path, step_name, _where(caller))
-            return _ready(self._replay(entry, path, step_name, fn, returns))
-        return self._execute(index, path, fn, step_name, _where(caller), returns)
-
-    def _desync(
-        self, entry: JournalEntry, path: str, step_name: str, callsite: str
-    ) -> NondeterminismError:
-        return NondeterminismError(
-            f"run {self._journal.run_id!r} replayed step {path!r} as {step_name!r} (called "
-            f"at {callsite}), but the journal recorded {entry.name!r} (called at "
-            f"{entry.callsite or 'an unknown place'}). The code changed under an "
-            "in-flight run: restore the old code to finish it, or start a new run."
-        )
-
-    def _replay(
-        self,
-        entry: JournalEntry,
-        path: str,
-        step_name: str,
-        fn: Callable[..., Any],
-        returns: Any,
-    ) -> Any:
-        try:
-            if entry.deltas:
-                changes: list[ThreadChange] = from_json(entry.deltas)
-                replay_changes(current_frame("ResumableScope.step()"), changes)
             adapter = return_adapter(fn, returns)
-            if adapter is not None:
-                return adapter.validate_json(entry.result)
-            return from_json(entry.result)
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            raise JournalCorruptError(
-                f"the journal of run {self._journal.run_id!r} is damaged at step {path!r} "
-                f"({step_name}): "
-                f"{exc}. Fork the run before this step with agency.runs.fork(...) or start "
-                "a new run."
-            ) from exc
+            decode = from_json if adapter is None else adapter.validate_json
+            frame = current_frame("ResumableScope.step()")
+            return _ready(replay(frame, journal, entry, decode))
+        return self._execute(index, path, fn, called, callsite, returns)
 
     async def _execute(
         self,
-        index: int,
+        index: str,
         path: str,
         fn: Callable[[], Any],
         step_name: str,
@@ -196,52 +241,53 @@ class ResumableScope:
     ) -> Any:
         frame = current_frame("ResumableScope.step()")
         step_frame = frame.evolve(
-            callsite=(self.module_id, self.name, str(index)), scope=Position(self, path)
+            callsite=(self.module_id, self.name, index), scope=Position(self, path)
         )
-        changes: list[ThreadChange] = []
-        outer_changes = CHANGES.get()
-        changes_token = CHANGES.set(changes)
-        frame_token = _FRAME.set(step_frame)
-        try:
-            result = fn()
-            if inspect.isawaitable(result):
-                result = await result
-        finally:
-            _FRAME.reset(frame_token)
-            CHANGES.reset(changes_token)
-        if outer_changes is not None:
-            outer_changes.extend(changes)
-        try:
-            result_json = to_json(result).decode()
-        except (PydanticSerializationError, TypeError, ValueError) as exc:
-            raise StepResultError(
-                f"step {path!r} ({step_name}) of scope {self.name!r} in run "
-                f"{self._journal.run_id!r} returned a {type(result).__name__}, which cannot "
-                f"be journaled as JSON ({exc}); return JSON data or a pydantic model"
-            ) from exc
         adapter = return_adapter(fn, returns)
-        value = from_json(result_json) if adapter is None else adapter.validate_json(result_json)
-        journal = self._journal
-        ctx = frame.ctx
-        await journal.commit_step(
-            JournalEntry.from_row(
-                {
-                    "run_id": journal.run_id or "",
-                    "seq": journal.next_seq(),
-                    "path": path,
-                    "name": step_name,
-                    "callsite": callsite,
-                    "result": result_json,
-                    "locals": to_json(self._locals).decode() if self._locals else None,
-                    "scopes": to_json(self._chain).decode(),
-                    "deltas": to_json(changes).decode() if changes else None,
-                    "cost_pico": ctx.cost_pico,
-                    "tokens": ctx.tokens,
-                    "created_at": time.time(),
-                }
+
+        async def operation() -> Any:
+            token = _FRAME.set(step_frame)
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    result = await result
+            finally:
+                _FRAME.reset(token)
+            return result
+
+        def encode(result: Any) -> tuple[str, Any]:
+            what = (
+                f"step {path!r} ({step_name}) of scope {self.name!r} in run "
+                f"{self._journal.run_id!r} returned a {type(result).__name__}"
             )
-        )
-        return value
+            problem = json_problem(result)
+            if problem is not None:
+                raise StepResultError(f"{what}, which cannot be journaled as JSON: {problem}")
+            try:
+                text = to_json(result).decode()
+            except (PydanticSerializationError, TypeError, ValueError) as exc:
+                raise StepResultError(
+                    f"{what}, which cannot be journaled as JSON ({exc}); return JSON data or a "
+                    "pydantic model"
+                ) from exc
+            try:
+                value = from_json(text) if adapter is None else adapter.validate_json(text)
+            except ValidationError as exc:
+                raise StepResultError(
+                    f"{what}, which does not fit the step's return type: {_fields(exc)}"
+                ) from exc
+            return text, value
+
+        def fields() -> dict[str, Any]:
+            return {
+                "locals": to_json(self._locals).decode() if self._locals else None,
+                "scopes": to_json(self._chain).decode(),
+            }
+
+        return await perform(
+            frame, self._journal, path, step_name, callsite, operation,
+            encode=encode, fields=fields,
+        )  # fmt: skip
 
     # -- locals and halt -------------------------------------------------------------------------
 
@@ -253,6 +299,11 @@ class ResumableScope:
         """Set a scope local; it must be JSON data, since it is journaled."""
         if not isinstance(key, str):
             raise InvalidArgumentError(f"a local's key must be a string, got {key!r}")
+        problem = json_problem(value)
+        if problem is not None:
+            raise InvalidArgumentError(
+                f"local {key!r} of scope {self.name!r} cannot be journaled as JSON: {problem}"
+            )
         try:
             to_json(value)
         except (PydanticSerializationError, TypeError, ValueError) as exc:
@@ -309,28 +360,30 @@ async def with_resumable_scope(
     journal = journal_of(frame.ctx)
     position = position_of(frame)
     parent = position.address
-    ordinal = journal.ordinal(parent, "scope")
-    repeat = journal.ordinal(parent, "scope:" + options.name)
-    segment = options.name if repeat == 0 else f"{options.name}~{repeat}"
+    branch, ordinal = journal.count(parent, "scope")
+    repeat = journal.ordinal(parent, "scope:" + options.name, branch)
+    segment = qualify(branch, options.name if repeat == 0 else f"{options.name}~{repeat}")
     address = f"{parent}/{segment}" if parent else segment
-    recorded = journal.scope_names.get((parent, ordinal))
-    if recorded is not None and recorded != options.name:
+    key: int | str = qualify(branch, str(ordinal)) if branch else ordinal
+    recorded_name = journal.scope_names.get((parent, str(key)))
+    if recorded_name is not None and recorded_name != options.name:
         raise NondeterminismError(
             f"Resume desync in run {journal.run_id!r}: scope {options.name!r} tried to claim "
-            f"the saved state of {recorded!r} (scope #{ordinal} under "
+            f"the saved state of {recorded_name!r} (scope #{key} under "
             f"{parent or 'the run root'!r}). The code changed under an in-flight run."
         )
     chain = (position.scope._chain if position.scope is not None else ()) + (
-        (parent, ordinal, options.name),
+        (parent, key, options.name),
     )
     scope = ResumableScope(options.name, address, options.module_id, journal, chain)
     inner = frame.evolve(
         callsite=(options.module_id, options.name, ""), scope=Position(scope, address)
     )
-    if options.pin_result_checkpoint:
-        from ._checkpoints import create_checkpoint
+    with at_base(address):
+        if options.pin_result_checkpoint:
+            from ._checkpoints import create_checkpoint
 
-        with use_frame(inner):
-            await create_checkpoint(label="result-entry", pinned=True)
-    result = await call_in_frame(inner, lambda: body(scope))
+            with use_frame(inner):
+                await create_checkpoint(label="result-entry", pinned=True)
+        result = await call_in_frame(inner, lambda: body(scope))
     return scope._halt_value if scope.halted else result

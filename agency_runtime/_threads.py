@@ -12,12 +12,15 @@ Everything round-trips through JSON (:meth:`ThreadStore.to_json` /
 
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from ._branches import tick
 from ._errors import InvalidArgumentError
+from ._jsondata import check_text
 
 __all__ = [
     "CHANGES",
@@ -25,6 +28,7 @@ __all__ = [
     "MessageContent",
     "MessageThread",
     "QueuedMessage",
+    "Recorder",
     "ThreadInfo",
     "ThreadStore",
     "ThreadStoreData",
@@ -37,21 +41,62 @@ MessageContent = str | list[dict[str, Any]]
 
 
 ThreadChange = list[Any]
-"""One change to a run's threads, as JSON data: ``["new", id, parent_id, label, hidden,
-messages]``, ``["push", id, message]``, ``["queue", id, queued]`` or ``["take", id]``."""
+"""One change a journaled step made to the run's state, as JSON data: thread changes
+(``["new", id, parent_id, label, hidden, messages]``, ``["push", id, message]``,
+``["queue", id, queued]``, ``["take", id]``), spend (``["cost", pico, tokens]``) and guard
+grants (``["grant", guard_id, pico, seconds, disarm]``)."""
 
-CHANGES: ContextVar[list[ThreadChange] | None] = ContextVar("agency_thread_changes", default=None)
-"""Where thread changes are reported while a journaled step runs (``None``: nobody listens)."""
+
+class Recorder:
+    """What one executing journaled unit (a step, an LLM call, …) collects.
+
+    ``changes`` are replayed when the unit is replayed instead of run (``None`` for a run's
+    root, which keeps none: it is never replayed); ``pico`` and ``tokens`` are the spend made
+    in the unit itself, not in journaled units nested in it (those commit their own).
+    """
+
+    __slots__ = ("changes", "pico", "tokens")
+
+    def __init__(self, *, keep: bool = True) -> None:
+        self.changes: list[ThreadChange] | None = [] if keep else None
+        self.pico = 0
+        self.tokens = 0
+
+    def absorb(self, inner: Recorder, *, spend: bool) -> None:
+        """Take over ``inner``'s changes (and, with ``spend``, its uncommitted spend)."""
+        if self.changes is not None and inner.changes:
+            self.changes.extend(inner.changes)
+        if spend:
+            self.pico += inner.pico
+            self.tokens += inner.tokens
+
+
+CHANGES: ContextVar[Recorder | None] = ContextVar("agency_changes", default=None)
+"""The recorder of the journaled unit that is running (``None``: nobody listens)."""
 
 
 THREAD_CHANGE_KINDS = frozenset({"new", "push", "queue", "take"})
 
 
+def recording() -> bool:
+    """Whether a running journaled unit keeps the changes reported now."""
+    recorder = CHANGES.get()
+    return recorder is not None and recorder.changes is not None
+
+
 def report_change(change: ThreadChange) -> None:
-    """Report a change to the journaled step that is running, if any."""
-    changes = CHANGES.get()
-    if changes is not None:
-        changes.append(change)
+    """Report a change to the journaled unit that is running, if any."""
+    recorder = CHANGES.get()
+    if recorder is not None and recorder.changes is not None:
+        recorder.changes.append(change)
+
+
+def report_spend(pico: int, tokens: int) -> None:
+    """Count spend as made by the journaled unit that is running (or the run's root)."""
+    recorder = CHANGES.get()
+    if recorder is not None:
+        recorder.pico += pico
+        recorder.tokens += tokens
 
 
 class Message(BaseModel):
@@ -115,7 +160,7 @@ class MessageThread(BaseModel):
         if label is not None:
             message = message.model_copy(update={"label": label})
         self.messages.append(message)
-        if CHANGES.get() is not None:
+        if recording():
             report_change(["push", self.id, message.model_dump(exclude_defaults=True)])
 
     def add(self, role: Role, content: MessageContent, label: str | None = None) -> Message:
@@ -154,7 +199,7 @@ class MessageThread(BaseModel):
         _check_content(content, "queue_message: content")
         queued = QueuedMessage.model_construct(role=role, content=content, label=label)
         self.queued_messages.append(queued)
-        if CHANGES.get() is not None:
+        if recording():
             report_change(["queue", self.id, queued.model_dump()])
 
     def take_queued(self) -> list[QueuedMessage]:
@@ -190,6 +235,7 @@ class MessageThread(BaseModel):
 
 def _check_content(content: object, what: str) -> None:
     if isinstance(content, str):
+        check_text(content, what)
         return
     if isinstance(content, list) and all(isinstance(part, dict) for part in content):
         return
@@ -224,30 +270,61 @@ class ThreadStoreData(BaseModel):
 
 
 class _Registry:
-    """The threads of one run, shared by every :class:`ThreadStore` view over them."""
+    """The threads of one run, shared by every :class:`ThreadStore` view over them.
 
-    __slots__ = ("counter", "threads")
+    Thread ids are counted like everything else a run counts (see
+    :mod:`agency_runtime._branches`): the run's own task numbers its threads ``"0"``,
+    ``"1"``, …; a concurrent branch numbers its own, qualified by its name (``"0.1:0"``), so
+    a replay hands each branch the threads it had, however the branches interleave.
+    """
+
+    __slots__ = ("branch_counters", "counter", "threads")
 
     def __init__(self, threads: dict[str, MessageThread] | None = None, counter: int = 0):
         self.threads: dict[str, MessageThread] = threads if threads is not None else {}
         self.counter = counter
+        self.branch_counters: dict[str, int] = {}
+        for thread_id in self.threads:
+            self.seen(thread_id)
 
     def new_id(self) -> str:
+        branch = tick("")
+        if branch:
+            ordinal = self.branch_counters.get(branch, 0)
+            self.branch_counters[branch] = ordinal + 1
+            return f"{branch}:{ordinal}"
         thread_id = str(self.counter)
         self.counter += 1
         return thread_id
 
+    def seen(self, thread_id: str) -> None:
+        """Count ``thread_id`` as used (a thread replayed or restored with that id)."""
+        if thread_id.isdigit():
+            self.counter = max(self.counter, int(thread_id) + 1)
+            return
+        branch, _, ordinal = thread_id.rpartition(":")
+        if branch and ordinal.isdigit():
+            used = self.branch_counters.get(branch, 0)
+            self.branch_counters[branch] = max(used, int(ordinal) + 1)
+
 
 def normalize_thread_id(thread_id: str | int) -> str:
-    """Accept ``"t3"``, ``"3"`` or ``3`` and return the canonical id ``"3"``."""
+    """Accept ``"t3"``, ``"3"`` or ``3`` and return the canonical id ``"3"``.
+
+    A branch's thread (``"t0.1:0"``) loses its ``t`` the same way.
+    """
     if isinstance(thread_id, bool) or not isinstance(thread_id, str | int):
         raise InvalidArgumentError(
             f'a thread id is a string like "t3" or "3", got {type(thread_id).__name__}'
         )
     text = str(thread_id).strip()
-    if text.startswith("t") and text[1:].isdigit():
+    if text.startswith("t") and _COUNTED_ID.match(text, 1):
         return text[1:]
     return text
+
+
+_COUNTED_ID = re.compile(r"(?:\d+|[\d?\[][^:]*:\d+)\Z")
+"""A counted thread id: ``"3"``, or a branch's ``"0.1:0"``."""
 
 
 class ThreadStore:
@@ -292,10 +369,28 @@ class ThreadStore:
             thread.messages = list(parent.messages)
             thread.parent_id = parent.id
         self._registry.threads[thread_id] = thread
-        if CHANGES.get() is not None:
+        if recording():
             copied = [m.model_dump(exclude_defaults=True) for m in thread.messages]
             report_change(["new", thread_id, thread.parent_id, label, False, copied])
         return thread_id
+
+    def ensure(self, thread_id: str | int) -> MessageThread:
+        """The thread with this id, created empty under exactly that id when it is new.
+
+        What ``agency.thread.with_(id)`` / ``use(id)`` do with an id not created yet, as the
+        original's ``pushActive`` does.
+        """
+        existing = self.get_maybe(thread_id)
+        if existing is not None:
+            return existing
+        key = normalize_thread_id(thread_id)
+        if not key:
+            raise InvalidArgumentError("a thread id cannot be empty")
+        thread = MessageThread(id=key)
+        self._registry.threads[key] = thread
+        self._registry.seen(key)
+        report_change(["new", key, None, None, False, None])
+        return thread
 
     def get(self, thread_id: str | int) -> MessageThread:
         """The thread with this id (``"t3"`` or ``"3"``); raises if there is none."""
@@ -364,6 +459,11 @@ class ThreadStore:
             view.push_active(active_id)
         return view
 
+    def view_creating(self, active_id: str | int) -> ThreadStore:
+        """:meth:`view` that first creates ``active_id`` (empty) when it does not exist."""
+        self.ensure(active_id)
+        return self.view(active_id)
+
     def apply_change(self, change: ThreadChange) -> None:
         """Apply one thread change recorded by a journaled step (see :data:`CHANGES`).
 
@@ -377,8 +477,7 @@ class ThreadStore:
             if messages:
                 thread.messages = [Message.model_validate(m) for m in messages]
             threads[thread_id] = thread
-            if thread_id.isdigit():
-                self._registry.counter = max(self._registry.counter, int(thread_id) + 1)
+            self._registry.seen(thread_id)
         elif kind == "push":
             threads[thread_id].messages.append(Message.model_validate(change[2]))
         elif kind == "queue":

@@ -5,7 +5,11 @@
    redelivered update gets no second reply.
 2. A refund workflow of journaled steps pauses for a human's approval, is answered, and
    completes without running its completed steps again.
-3. A summary: cost, tokens, timings, the store.
+3. A summary: cost, tokens, timings, the store — and a second refund run left paused, with
+   the exact command that answers it from a shell.
+
+It can run any number of times in one directory: each session has its own conversation
+namespace, so the runs of an earlier session are kept, never replayed.
 
 The model is ``AGENCY_MODEL`` when set (with its provider's key), else an offline fake model;
 the store is ``--store`` / ``AGENCY_STORE``, else ``sqlite:///./.agency/agency.db``.
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import time
 import uuid
 from typing import Any
@@ -24,6 +29,7 @@ import anyio
 
 from ._facade import agency
 from ._interrupts import approve
+from ._litellm import add_import_notice
 from ._scope import ResumableScope
 from ._store import DEFAULT_STORE_URL
 
@@ -51,7 +57,7 @@ def offline_assistant_reply(prompt: str) -> str:
     return f"Noted: {message}"
 
 
-async def _telegram_part(store: str, model: str | None) -> int:
+async def _telegram_part(store: str, model: str | None, session: str) -> int:
     from turn_kit import TurnArgs, agency_ctx, define_turn_context
     from turn_kit.telegram import (
         BotApiTransport,
@@ -69,7 +75,6 @@ async def _telegram_part(store: str, model: str | None) -> int:
     chosen = model or fake.model
     token = "4242:demo-token"
     owner = 8587
-    session = uuid.uuid4().hex[:6]
 
     async def respond(turn: TurnArgs) -> str:
         history = "\n".join(entry.content for entry in turn.history)
@@ -93,7 +98,7 @@ async def _telegram_part(store: str, model: str | None) -> int:
         with FakeBotApi(token=token) as api:
             async with BotApiTransport(token, base_url=api.base_url) as transport:
                 bot = create_telegram_turn_adapter(
-                    namespace="demo-assistant",
+                    namespace=f"demo-assistant-{session}",
                     owner_chat=str(owner),
                     transport=transport,
                     store=store,
@@ -123,6 +128,7 @@ async def _telegram_part(store: str, model: str | None) -> int:
         fake.unregister()
 
 
+@agency.entry
 async def _refund_workflow(customer: str, amount: float) -> dict[str, Any]:
     async def body(s: ResumableScope) -> dict[str, Any]:
         def check() -> dict[str, Any]:
@@ -144,27 +150,36 @@ async def _refund_workflow(customer: str, amount: float) -> dict[str, Any]:
     return await agency.with_resumable_scope("refund", body)
 
 
-async def _workflow_part(store: str) -> float:
-    run_id = f"demo-refund-{uuid.uuid4().hex[:6]}"
+async def _workflow_part(store: str, session: str) -> float:
+    run_id = f"demo-refund-{session}"
     paused = await agency.run(_refund_workflow, "ada", 42.0, run_id=run_id, store=store)
     print(f"  {run_id}: {paused.status}, asks “{paused.interrupts[0].message}”")
-    print(f"  (answer it from a shell: agency runs respond {run_id} --approve)")
-    done = await agency.respond_to_interrupts(paused, [approve("Sam")], store=store)
-    print(f"  answered by a human → {done.status}: {done.value}")
+    done = await agency.respond_to_interrupts(run_id, [approve("Sam")], store=store)
+    print(f"  answered by a human (agency.respond_to_interrupts) → {done.status}: {done.value}")
     journal = await agency.runs.journal(run_id, store=store)
     print(f"  journal: {' → '.join(entry.name for entry in journal)}; step runs: {STEP_RUNS}")
     return done.cost
 
 
+async def _leave_one_paused(store: str, session: str) -> str:
+    """A second refund run, left paused: the reader answers it from a shell."""
+    run_id = f"demo-refund-{session}-yours"
+    await agency.run(_refund_workflow, "grace", 17.5, run_id=run_id, store=store)
+    return run_id
+
+
 async def _main(store: str) -> int:
     agency.preload()
     model = os.environ.get("AGENCY_MODEL") or None
+    session = uuid.uuid4().hex[:6]
     started = time.perf_counter()
     print(f"agency demo — store {store}, model {model or 'offline fake model'}\n")
+    add_import_notice(lambda notice: print(f"  ({notice})", flush=True))
     print("1. A Telegram assistant (fake Bot API on loopback, durable turns, memory):")
-    replies = await _telegram_part(store, model)
+    replies = await _telegram_part(store, model, session)
     print("\n2. A refund workflow that pauses for a human:")
-    cost = await _workflow_part(store)
+    cost = await _workflow_part(store, session)
+    yours = await _leave_one_paused(store, session)
     runs = await agency.runs.list(store=store, limit=1000)
     spent = sum(r.cost_pico for r in runs) / 10**12
     tokens = sum(r.tokens for r in runs)
@@ -173,8 +188,11 @@ async def _main(store: str) -> int:
         f"\n3. Summary: {len(runs)} runs in the store, ${spent:.6f} and {tokens} tokens spent "
         f"(the workflow: ${cost:.6f}), {elapsed:.1f} s."
     )
-    print(f"   Look at them: python3 -m agency_runtime runs list --store {store}")
-    ok = replies == 3 and STEP_RUNS == {"check": 1, "pay": 1}
+    where = "" if store == DEFAULT_STORE_URL else f" --store {shlex.quote(store)}"
+    print(f"   Look at them: python3 -m agency_runtime runs list{where}")
+    print(f"   One refund waits for you ({yours}); answer it from a shell:")
+    print(f"     python3 -m agency_runtime runs respond {yours} --approve{where}")
+    ok = replies == 3 and STEP_RUNS == {"check": 2, "pay": 1}
     print("\nDone." if ok else "\nSomething went wrong.")
     return 0 if ok else 1
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,8 +58,14 @@ class RunRecord(BaseModel):
     value: str | None = Field(default=None, description="The JSON of the entry's value.")
     error: ErrorInfo | None = None
     interrupts: list[Interrupt] = Field(default_factory=list)
-    cost_pico: int = 0
+    cost_pico: int = Field(default=0, description="The run's spend when it last stopped.")
     tokens: int = 0
+    unjournaled_pico: int = Field(
+        default=0,
+        description="Spend no committed step holds: made outside steps, or in steps since "
+        "rewound or forgotten. A run's spend is this plus the sum of its steps' own spend.",
+    )
+    unjournaled_tokens: int = 0
     attempts: int = 0
     version: int = 0
     lease_owner: str | None = None
@@ -73,13 +80,20 @@ class RunRecord(BaseModel):
         """Whether the run can no longer change (completed or cancelled)."""
         return self.status in FINAL_STATUSES
 
-    def fork_as(self, new_run_id: str) -> RunRecord:
-        """A copy of this run under ``new_run_id``: paused, unclaimed, with no outcome yet."""
+    def fork_as(self, new_run_id: str, *, cost_pico: int = 0, tokens: int = 0) -> RunRecord:
+        """A copy of this run under ``new_run_id``: paused, unclaimed, with no outcome yet.
+
+        ``cost_pico`` and ``tokens``: the spend of the journal prefix the fork keeps.
+        """
         now = time.time()
         return self.model_copy(
             update={
                 "run_id": new_run_id,
                 "status": "paused",
+                "cost_pico": cost_pico,
+                "tokens": tokens,
+                "unjournaled_pico": 0,
+                "unjournaled_tokens": 0,
                 "value": None,
                 "error": None,
                 "interrupts": [],
@@ -177,11 +191,21 @@ class Store(Protocol):
         """Extend ``owner``'s lease; ``False`` when ``owner`` no longer holds it."""
         ...
 
-    async def finish_run(self, record: RunRecord, *, owner: str) -> bool:
-        """Store the outcome fields of ``record`` and release the lease.
+    async def finish_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        unjournaled: tuple[int, int] = (0, 0),
+        forget: Sequence[str] = (),
+    ) -> bool:
+        """Store the outcome fields of ``record`` and release the lease, in one transaction.
 
-        Writes only while ``owner`` holds the lease; returns ``False`` (writing nothing)
-        when the lease was lost to another claimant.
+        ``unjournaled`` (pico-dollars, tokens) is added to the run's unjournaled spend: what
+        this attempt spent outside committed steps. ``forget`` names steps to delete (failures
+        recorded by this attempt that ended the run, so a retry runs them again); their spend
+        moves to the unjournaled spend. Writes only while ``owner`` holds the lease; returns
+        ``False`` (writing nothing) when the lease was lost to another claimant.
         """
         ...
 
@@ -190,9 +214,13 @@ class Store(Protocol):
         ...
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally only those with ``status``."""
+        """Up to ``limit`` runs, newest first, after skipping ``offset`` of them.
+
+        Optionally only those with ``status``. The order is stable (creation time, then
+        insertion order, both descending), so pages do not overlap.
+        """
         ...
 
     # -- the journal -------------------------------------------------------------------
@@ -227,11 +255,20 @@ class Store(Protocol):
         ...
 
     async def rewind(
-        self, run_id: str, seq: int, *, owner: str, overrides: str | None = None
+        self,
+        run_id: str,
+        seq: int,
+        *,
+        owner: str,
+        overrides: str | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> bool:
         """Delete every journal event after position ``seq`` (restore to a checkpoint).
 
-        ``overrides``, when given, becomes the run's effective arguments from now on.
+        In one transaction: ``overrides``, when given, becomes the run's effective arguments
+        and globals from now on; the deleted steps' spend moves to the unjournaled spend (it
+        was spent); ``checkpoint``, when given, is stored (with its restore count), so a
+        process killed right after the rewind never restores again by mistake.
         """
         ...
 
@@ -247,8 +284,12 @@ class Store(Protocol):
 
     # -- memory ----------------------------------------------------------------------------
 
-    async def save_memory(self, record: MemoryRecord) -> None:
-        """Store one memory item; an id already stored raises :class:`StoreError`."""
+    async def save_memory(self, record: MemoryRecord) -> bool:
+        """Store one memory item; ``False`` (and nothing written) when its id is stored already.
+
+        Saves are idempotent by id: a step that saves under an id derived from the run and the
+        step's path can run again after a crash without saving twice.
+        """
         ...
 
     async def recall_memory(

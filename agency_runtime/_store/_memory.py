@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from .._errors import RunNotFoundError, StoreError
+from .._errors import RunNotFoundError
 from .._records import (
     Checkpoint,
     InterruptAnswer,
@@ -109,21 +110,42 @@ class MemoryStore:
             stored.lease_expires_at = time.time() + lease_seconds
             return True
 
-    async def finish_run(self, record: RunRecord, *, owner: str) -> bool:
+    async def finish_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        unjournaled: tuple[int, int] = (0, 0),
+        forget: Sequence[str] = (),
+    ) -> bool:
         with self._lock:
             stored = self._runs.get(record.run_id)
             if stored is None or stored.lease_owner != owner or stored.status != "running":
                 return False
+            pico, tokens = self._drop_steps(record.run_id, lambda e: e.path in forget)
             self._runs[record.run_id] = record.model_copy(
                 update={
                     "lease_owner": None,
                     "lease_expires_at": None,
                     "version": stored.version + 1,
                     "updated_at": time.time(),
+                    "overrides": stored.overrides,
+                    "unjournaled_pico": stored.unjournaled_pico + unjournaled[0] + pico,
+                    "unjournaled_tokens": stored.unjournaled_tokens + unjournaled[1] + tokens,
                 },
                 deep=True,
             )
             return True
+
+    def _drop_steps(self, run_id: str, doomed: Callable[[JournalEntry], bool]) -> tuple[int, int]:
+        """Delete the run's steps ``doomed`` picks; return the spend they held."""
+        steps = self._steps.get(run_id, {})
+        dropped = [key for key, entry in steps.items() if doomed(entry)]
+        pico = sum(steps[key].cost_pico for key in dropped)
+        tokens = sum(steps[key].tokens for key in dropped)
+        for key in dropped:
+            del steps[key]
+        return pico, tokens
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         with self._lock:
@@ -131,12 +153,18 @@ class MemoryStore:
             return None if stored is None else stored.model_copy(deep=True)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
     ) -> list[RunRecord]:
         with self._lock:
-            records = [r for r in self._runs.values() if status is None or r.status == status]
-        records.sort(key=lambda r: r.created_at, reverse=True)
-        return [r.model_copy(deep=True) for r in records[:limit]]
+            # Newest first; runs created at the same instant: the later-inserted one first
+            # (a dict keeps insertion order, as SQLite's rowid does).
+            ordered = [
+                (r.created_at, index, r)
+                for index, r in enumerate(self._runs.values())
+                if status is None or r.status == status
+            ]
+        ordered.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        return [r.model_copy(deep=True) for _, _, r in ordered[offset : offset + limit]]
 
     def _holds(self, run_id: str, owner: str) -> bool:
         stored = self._runs.get(run_id)
@@ -196,17 +224,30 @@ class MemoryStore:
             return True
 
     async def rewind(
-        self, run_id: str, seq: int, *, owner: str, overrides: str | None = None
+        self,
+        run_id: str,
+        seq: int,
+        *,
+        owner: str,
+        overrides: str | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> bool:
         with self._lock:
             if not self._holds(run_id, owner):
                 return False
+            run = self._runs[run_id]
             if overrides is not None:
-                self._runs[run_id].overrides = overrides
-            for table in (self._steps, self._answers, self._checkpoints):
+                run.overrides = overrides
+            pico, tokens = self._drop_steps(run_id, lambda e: e.seq > seq)
+            run.unjournaled_pico += pico
+            run.unjournaled_tokens += tokens
+            for table in (self._answers, self._checkpoints):
                 events = table.get(run_id, {})
                 for key in [k for k, v in events.items() if v.seq > seq]:
                     del events[key]
+            if checkpoint is not None:
+                kept = self._checkpoints.setdefault(run_id, {})
+                kept[checkpoint.checkpoint_id] = checkpoint.model_copy(deep=True)
             return True
 
     async def cancel_run(self, run_id: str) -> RunRecord | None:
@@ -232,7 +273,12 @@ class MemoryStore:
             source = self._runs.get(run_id)
             if source is None:
                 raise RunNotFoundError(run_id, self.url)
-            forked = source.fork_as(new_run_id)
+            kept = [e for e in self._steps.get(run_id, {}).values() if e.seq <= upto_seq]
+            forked = source.fork_as(
+                new_run_id,
+                cost_pico=sum(e.cost_pico for e in kept),
+                tokens=sum(e.tokens for e in kept),
+            )
             self._runs[new_run_id] = forked
             # Answers are not copied: interrupt ids derive from the run id, so the fork asks
             # its own questions again.
@@ -250,13 +296,14 @@ class MemoryStore:
     _memories: dict[str, MemoryRecord] | None = None
     _documents: dict[tuple[str, str], str] | None = None
 
-    async def save_memory(self, record: MemoryRecord) -> None:
+    async def save_memory(self, record: MemoryRecord) -> bool:
         with self._lock:
             if self._memories is None:
                 self._memories = {}
             if record.id in self._memories:
-                raise StoreError(f"a memory item with id {record.id!r} exists already")
+                return False  # saved before under this id: an idempotent repeat
             self._memories[record.id] = record.model_copy(deep=True)
+            return True
 
     async def recall_memory(
         self,

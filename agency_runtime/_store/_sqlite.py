@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +19,13 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic_core import from_json, to_json
 
-from .._errors import RunNotFoundError, StoreError, StoreSchemaError, StoreUnavailableError
+from .._errors import (
+    InvalidArgumentError,
+    RunNotFoundError,
+    StoreError,
+    StoreSchemaError,
+    StoreUnavailableError,
+)
 from .._records import (
     Checkpoint,
     InterruptAnswer,
@@ -36,10 +42,10 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 WAL_TRIM_BYTES = 64 * 1024 * 1024
 """When a run ends and the WAL file is larger than this, it is checkpointed and truncated."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
 
-_SCHEMA = """
+_SCHEMA_1 = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id           TEXT PRIMARY KEY,
     status           TEXT NOT NULL,
@@ -126,6 +132,37 @@ CREATE TABLE IF NOT EXISTS documents (
 ) STRICT;
 """
 
+# Version 2: a step records the spend it made itself (not the run's running total, which
+# counted siblings still in flight), a recorded failure, and the run the spend no committed
+# step holds (outside steps, rewound or forgotten steps); runs are listed by status by index.
+_SCHEMA_2 = """
+ALTER TABLE steps ADD COLUMN error TEXT;
+ALTER TABLE runs ADD COLUMN unjournaled_pico INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN unjournaled_tokens INTEGER NOT NULL DEFAULT 0;
+CREATE TEMP TABLE step_spend AS
+    SELECT run_id, path,
+        MAX(0, cost_pico - COALESCE(MAX(cost_pico) OVER earlier, 0)) AS pico,
+        MAX(0, tokens - COALESCE(MAX(tokens) OVER earlier, 0)) AS tokens
+    FROM steps
+    WINDOW earlier AS (PARTITION BY run_id ORDER BY seq
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING);
+UPDATE steps SET
+    cost_pico = (SELECT pico FROM step_spend s
+                 WHERE s.run_id = steps.run_id AND s.path = steps.path),
+    tokens = (SELECT tokens FROM step_spend s
+              WHERE s.run_id = steps.run_id AND s.path = steps.path);
+DROP TABLE step_spend;
+UPDATE runs SET
+    unjournaled_pico = MAX(0, cost_pico - COALESCE(
+        (SELECT SUM(cost_pico) FROM steps WHERE steps.run_id = runs.run_id), 0)),
+    unjournaled_tokens = MAX(0, tokens - COALESCE(
+        (SELECT SUM(tokens) FROM steps WHERE steps.run_id = runs.run_id), 0));
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at);
+"""
+
+_MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2))
+"""Numbered migrations: a file at ``user_version`` N runs every script numbered above N."""
+
 _COLUMNS = (
     "run_id",
     "status",
@@ -138,6 +175,8 @@ _COLUMNS = (
     "interrupts",
     "cost_pico",
     "tokens",
+    "unjournaled_pico",
+    "unjournaled_tokens",
     "attempts",
     "version",
     "lease_owner",
@@ -158,6 +197,7 @@ _STEP_COLUMNS = (
     "locals",
     "scopes",
     "deltas",
+    "error",
     "cost_pico",
     "tokens",
     "created_at",
@@ -192,6 +232,7 @@ class SqliteStore:
         self._url = url or f"sqlite:///{self._path}"
         self._lock = threading.Lock()
         self._conn = self._open(synchronous, busy_timeout)
+        self._identity = self._file_identity()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -274,11 +315,14 @@ class SqliteStore:
         if version < SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                    for statement in _SCHEMA.split(";"):
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                for number, script in _MIGRATIONS:
+                    if number <= version:
+                        continue
+                    for statement in script.split(";"):
                         if statement.strip():
                             conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    conn.execute(f"PRAGMA user_version = {number}")
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -295,12 +339,43 @@ class SqliteStore:
         """The database file (or ``":memory:"``)."""
         return self._path
 
+    def _file_identity(self) -> tuple[int, int] | None:
+        """The (device, inode) of the database file now, ``None`` for ``:memory:``."""
+        if self._path == ":memory:":
+            return None
+        try:
+            stat = os.stat(self._path)
+        except FileNotFoundError:
+            return (-1, -1)
+        return (stat.st_dev, stat.st_ino)
+
+    def _check_file(self) -> None:
+        """Refuse to write when the file this store opened was deleted or replaced.
+
+        SQLite keeps writing to an unlinked file, so without this a deleted store would take
+        every commit and report runs completed that no one can ever read back.
+        """
+        if self._identity is None:
+            return
+        now = self._file_identity()
+        if now != self._identity:
+            what = "deleted" if now == (-1, -1) else "replaced by another file"
+            raise StoreUnavailableError(
+                f"the SQLite store file {self._path!r} was {what} while this process had it "
+                "open; nothing written since then can be read back. Restore the file, or "
+                "restart the process to open a new store (runs in it start over)"
+            )
+
     @contextmanager
-    def _db(self, what: str, *, write: bool = False) -> Iterator[sqlite3.Connection]:
+    def _db(
+        self, what: str, *, write: bool = False, check: bool = False
+    ) -> Iterator[sqlite3.Connection]:
         with self._lock:
             conn = self._conn
             if conn is None:
                 raise StoreError(f"the SQLite store {self._path!r} is closed")
+            if check:
+                self._check_file()
             try:
                 if write:
                     conn.execute("BEGIN IMMEDIATE")
@@ -314,6 +389,16 @@ class SqliteStore:
                     yield conn
             except sqlite3.Error as exc:
                 raise StoreError(f"SQLite store {self._path!r} failed to {what}: {exc}") from exc
+            except UnicodeEncodeError as exc:
+                bad = exc.object[exc.start : exc.end]
+                raise InvalidArgumentError(
+                    f"cannot {what}: a text holds a lone surrogate ({bad!r} at position "
+                    f"{exc.start}), which is not valid UTF-8"
+                ) from exc
+            except OverflowError as exc:
+                raise InvalidArgumentError(
+                    f"cannot {what}: a number is too large for the store ({exc})"
+                ) from exc
 
     def _fetch(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
         row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
@@ -330,7 +415,7 @@ class SqliteStore:
         steal_from: str | None = None,
     ) -> Claim:
         now = time.time()
-        with self._db(f"claim run {record.run_id!r}", write=True) as conn:
+        with self._db(f"claim run {record.run_id!r}", write=True, check=True) as conn:
             existing = self._fetch(conn, record.run_id)
             decision = claim_decision(existing, now, steal_from)
             if decision == "refuse":
@@ -374,27 +459,44 @@ class SqliteStore:
             )
             return cursor.rowcount == 1
 
-    async def finish_run(self, record: RunRecord, *, owner: str) -> bool:
-        with self._db(f"store the outcome of run {record.run_id!r}") as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET status = ?, value = ?, error = ?, interrupts = ?, "
-                "cost_pico = ?, tokens = ?, finished_at = ?, updated_at = ?, "
-                "version = version + 1, lease_owner = NULL, lease_expires_at = NULL "
-                "WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
-                (
-                    record.status,
-                    record.value,
-                    _error_json(record.error),
-                    _interrupts_json(record.interrupts),
-                    record.cost_pico,
-                    record.tokens,
-                    record.finished_at,
-                    time.time(),
-                    record.run_id,
-                    owner,
-                ),
-            )
-            finished = cursor.rowcount == 1
+    async def finish_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        unjournaled: tuple[int, int] = (0, 0),
+        forget: Sequence[str] = (),
+    ) -> bool:
+        with self._db(
+            f"store the outcome of run {record.run_id!r}", write=True, check=True
+        ) as conn:
+            if conn.execute(f"SELECT {_HOLDS}", (record.run_id, owner)).fetchone()[0] != 1:
+                finished = False
+            else:
+                forgotten = _drop_steps(
+                    conn, record.run_id, f"path IN ({', '.join('?' * len(forget))})", forget
+                ) if forget else (0, 0)  # fmt: skip
+                conn.execute(
+                    "UPDATE runs SET status = ?, value = ?, error = ?, interrupts = ?, "
+                    "cost_pico = ?, tokens = ?, unjournaled_pico = unjournaled_pico + ?, "
+                    "unjournaled_tokens = unjournaled_tokens + ?, finished_at = ?, "
+                    "updated_at = ?, version = version + 1, lease_owner = NULL, "
+                    "lease_expires_at = NULL WHERE run_id = ?",
+                    (
+                        record.status,
+                        record.value,
+                        _error_json(record.error),
+                        _interrupts_json(record.interrupts),
+                        record.cost_pico,
+                        record.tokens,
+                        unjournaled[0] + forgotten[0],
+                        unjournaled[1] + forgotten[1],
+                        record.finished_at,
+                        time.time(),
+                        record.run_id,
+                    ),
+                )
+                finished = True
         self._trim_wal()
         return finished
 
@@ -415,14 +517,15 @@ class SqliteStore:
             return self._fetch(conn, run_id)
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
     ) -> list[RunRecord]:
         query, params = _SELECT, ()  # type: tuple[str, tuple[Any, ...]]
         if status is not None:
             query, params = f"{_SELECT} WHERE status = ?", (status,)
         with self._db("list runs") as conn:
             rows = conn.execute(
-                f"{query} ORDER BY created_at DESC, rowid DESC LIMIT ?", (*params, limit)
+                f"{query} ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
             ).fetchall()
         return [_record(row) for row in rows]
 
@@ -476,20 +579,21 @@ class SqliteStore:
             entry.locals,
             entry.scopes,
             entry.deltas,
+            entry.error,
             entry.cost_pico,
             entry.tokens,
             entry.created_at,
             entry.run_id,
             owner,
         )
-        with self._db(f"commit step {entry.path!r} of run {entry.run_id!r}") as conn:
+        with self._db(f"commit step {entry.path!r} of run {entry.run_id!r}", check=True) as conn:
             return conn.execute(_INSERT_STEP, values).rowcount == 1
 
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
         if not answers:
             return True
         run_id = answers[0].run_id
-        with self._db(f"record the interrupts of run {run_id!r}", write=True) as conn:
+        with self._db(f"record the interrupts of run {run_id!r}", write=True, check=True) as conn:
             if conn.execute(f"SELECT {_HOLDS}", (run_id, owner)).fetchone()[0] != 1:
                 return False
             conn.executemany(
@@ -531,7 +635,7 @@ class SqliteStore:
 
     async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:
         run_id = checkpoint.run_id or ""
-        with self._db(f"save checkpoint {checkpoint.checkpoint_id!r}") as conn:
+        with self._db(f"save checkpoint {checkpoint.checkpoint_id!r}", check=True) as conn:
             cursor = conn.execute(
                 "INSERT OR REPLACE INTO checkpoints (run_id, checkpoint_id, seq, body) "
                 f"SELECT ?, ?, ?, ? WHERE {_HOLDS}",
@@ -547,15 +651,34 @@ class SqliteStore:
             return cursor.rowcount == 1
 
     async def rewind(
-        self, run_id: str, seq: int, *, owner: str, overrides: str | None = None
+        self,
+        run_id: str,
+        seq: int,
+        *,
+        owner: str,
+        overrides: str | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> bool:
-        with self._db(f"rewind run {run_id!r}", write=True) as conn:
+        with self._db(f"rewind run {run_id!r}", write=True, check=True) as conn:
             if conn.execute(f"SELECT {_HOLDS}", (run_id, owner)).fetchone()[0] != 1:
                 return False
             if overrides is not None:
                 conn.execute("UPDATE runs SET overrides = ? WHERE run_id = ?", (overrides, run_id))
-            for table in ("steps", "interrupts", "checkpoints"):
+            pico, tokens = _drop_steps(conn, run_id, "seq > ?", (seq,))
+            conn.execute(
+                "UPDATE runs SET unjournaled_pico = unjournaled_pico + ?, "
+                "unjournaled_tokens = unjournaled_tokens + ? WHERE run_id = ?",
+                (pico, tokens, run_id),
+            )
+            for table in ("interrupts", "checkpoints"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND seq > ?", (run_id, seq))
+            if checkpoint is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO checkpoints (run_id, checkpoint_id, seq, body) "
+                    "VALUES (?, ?, ?, ?)",
+                    (run_id, checkpoint.checkpoint_id, checkpoint.seq,
+                     checkpoint.model_dump_json()),
+                )  # fmt: skip
             return True
 
     # -- administration -------------------------------------------------------------------
@@ -576,7 +699,12 @@ class SqliteStore:
             source = self._fetch(conn, run_id)
             if source is None:
                 raise RunNotFoundError(run_id, self.url)
-            forked = source.fork_as(new_run_id)
+            pico, tokens = conn.execute(
+                "SELECT COALESCE(SUM(cost_pico), 0), COALESCE(SUM(tokens), 0) FROM steps "
+                "WHERE run_id = ? AND seq <= ?",
+                (run_id, upto_seq),
+            ).fetchone()
+            forked = source.fork_as(new_run_id, cost_pico=int(pico), tokens=int(tokens))
             conn.execute(
                 f"INSERT INTO runs ({', '.join(_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(_COLUMNS))})",
@@ -605,11 +733,11 @@ class SqliteStore:
 
     # -- memory -------------------------------------------------------------------------------
 
-    async def save_memory(self, record: MemoryRecord) -> None:
+    async def save_memory(self, record: MemoryRecord) -> bool:
         with self._db(f"save memory {record.id!r}", write=True) as conn:
-            rowid = conn.execute(
-                "INSERT INTO memory_items (id, namespace, content, tags, scope, created_at, "
-                "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO memory_items (id, namespace, content, tags, scope, "
+                "created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.id,
                     record.namespace,
@@ -619,7 +747,10 @@ class SqliteStore:
                     record.created_at,
                     record.expires_at,
                 ),
-            ).lastrowid
+            )
+            if cursor.rowcount != 1:
+                return False  # saved before under this id: an idempotent repeat
+            rowid = cursor.lastrowid
             conn.execute(
                 "INSERT INTO memory_fts (rowid, content) VALUES (?, ?)", (rowid, record.content)
             )
@@ -627,6 +758,7 @@ class SqliteStore:
                 "INSERT OR IGNORE INTO memory_tags (tag, item) VALUES (?, ?)",
                 [(tag, rowid) for tag in record.tags],
             )
+            return True
 
     async def recall_memory(
         self,
@@ -770,6 +902,23 @@ class SqliteStore:
     async def release_lock(self, name: str, ticket: int) -> None:
         with self._db(f"release lock {name!r}", write=True) as conn:
             conn.execute("DELETE FROM locks WHERE ticket = ? AND name = ?", (ticket, name))
+
+
+def _drop_steps(
+    conn: sqlite3.Connection, run_id: str, where: str, params: Sequence[Any]
+) -> tuple[int, int]:
+    """Delete the run's steps matching ``where``; return the spend they held.
+
+    The spend stays the run's (money spent is never given back): callers add it to the
+    run's unjournaled spend in the same transaction.
+    """
+    pico, tokens = conn.execute(
+        "SELECT COALESCE(SUM(cost_pico), 0), COALESCE(SUM(tokens), 0) FROM steps "
+        f"WHERE run_id = ? AND {where}",
+        (run_id, *params),
+    ).fetchone()
+    conn.execute(f"DELETE FROM steps WHERE run_id = ? AND {where}", (run_id, *params))
+    return int(pico), int(tokens)
 
 
 class _Refused(Exception):

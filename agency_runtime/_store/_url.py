@@ -12,6 +12,7 @@ Accepted URLs:
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from pathlib import Path
@@ -91,6 +92,11 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
                 "(three slashes) or sqlite:////absolute/path.db (four slashes)"
             )
         path = unquote(parts.path[1:])
+        if "\x00" in path:
+            raise InvalidArgumentError(
+                f"the SQLite store URL {url!r} names a path with a NUL character (%00), which "
+                "no file system accepts"
+            )
         if not path or path.endswith("/"):
             raise InvalidArgumentError(
                 f"the SQLite store URL {url!r} names no file: write sqlite:///path/to/agency.db"
@@ -127,8 +133,11 @@ def _create(url: str, key: str) -> Store:
         raise InvalidArgumentError(
             f"busy_timeout={options['busy_timeout']!r} in {url!r} is not a number of seconds"
         ) from None
-    if busy_timeout < 0:
-        raise InvalidArgumentError(f"busy_timeout in {url!r} must be 0 or more seconds")
+    if not math.isfinite(busy_timeout) or busy_timeout < 0 or busy_timeout > 86400:
+        raise InvalidArgumentError(
+            f"busy_timeout={options['busy_timeout']!r} in {url!r} must be a number of seconds, "
+            "0 or more (at most 86400)"
+        )
     file = path if path == ":memory:" else str(Path(path).expanduser().resolve())
     return SqliteStore(
         file, synchronous=cast(Synchronous, synchronous), busy_timeout=busy_timeout, url=url

@@ -233,11 +233,22 @@ async def test_with_nested_switches_unwind_in_order() -> None:
     assert seen == ["1", "2", "1", "0"]
 
 
-async def test_with_unknown_thread_raises() -> None:
+async def test_with_a_new_thread_id_creates_that_thread() -> None:
+    """As the original's pushActive (agency.test.ts "with pushes/pops the active stack")."""
+    seen: list[str] = []
     with agency.test_context():
-        with pytest.raises(InvalidArgumentError, match="no thread"):
-            await agency.thread.with_("t9", lambda: None)
-        assert agency.thread.current().id == "0"
+
+        def inside() -> None:
+            seen.append(agency.thread.current().id)
+            agency.thread.user("hello")
+
+        await agency.thread.with_("t9", inside)
+        assert agency.thread.current().id == "0"  # the previous thread is active again
+        with agency.thread.use("notes") as notes:
+            seen.append(notes.id)
+        assert [m.content for m in agency.thread.store().get("t9").get_messages()] == ["hello"]
+        assert agency.thread.store().create() == "10"  # counted after the id it was given
+    assert seen == ["9", "notes"]
 
 
 async def test_with_rejects_non_callable() -> None:

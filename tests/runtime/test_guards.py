@@ -131,7 +131,7 @@ async def test_add_cost_trip_carries_type_limit_spent_and_guard_id(test_frame: N
     assert isinstance(error.guard_id, str)
     assert error.guard_id
     assert error.guard_id == guard.guard_id
-    assert "cost limit 0.1" in str(error)
+    assert "budget of $0.100000 (US dollars): spent $0.150000" in str(error)
     # The spend stays booked: the money was spent.
     assert agency.ctx().cost == 0.15
 
@@ -752,3 +752,81 @@ async def test_bad_arguments_are_value_errors(test_frame: None) -> None:
     with pytest.raises(ValueError, match="add_cost"):
         agency.add_cost(-1)
     assert issubclass(InvalidArgumentError, AgencyError)
+
+
+# -- the GuardExceededError message says which guard, how much, and what to do -------------------
+
+
+def test_a_cost_trip_message_names_the_guard_in_dollars_and_the_ways_on() -> None:
+    error = GuardExceededError("cost", 0.05, 0.06, "cost-guard:/#0", "research")
+    message = str(error)
+    assert message.startswith(
+        'cost guard "research" exceeded its budget of $0.050000 (US dollars): spent $0.060000 '
+        "(guard id cost-guard:/#0)."
+    )
+    assert "agency.cost_guard(...)" in message  # raise the limit
+    assert 'approve({"max_cost": <extra US dollars>})' in message  # or grant more
+    assert "std::guard" in message
+    assert "catch GuardExceededError" in message  # or handle it
+    assert "max_time" not in message
+    # The attributes and the positional constructor are unchanged.
+    assert (error.type, error.limit, error.spent, error.guard_id, error.label) == (
+        "cost",
+        0.05,
+        0.06,
+        "cost-guard:/#0",
+        "research",
+    )
+
+
+def test_an_unlabelled_trip_is_named_by_its_guard_id_and_keeps_small_amounts() -> None:
+    message = str(GuardExceededError("cost", 0.0, 1.5e-10, "cost-guard:a/1#2"))
+    assert message.startswith(
+        "cost guard cost-guard:a/1#2 exceeded its budget of $0.000000 (US dollars): "
+        "spent $0.00000000015."
+    )
+    assert "(guard id" not in message
+
+
+def test_a_time_trip_message_is_in_seconds_and_suggests_max_time() -> None:
+    message = str(GuardExceededError("time", 30, 30.0421, "time-guard:/#0", "slow"))
+    assert message.startswith(
+        'time guard "slow" exceeded its budget of 30 seconds: 30.042 seconds passed '
+        "(guard id time-guard:/#0)."
+    )
+    assert "agency.time_guard(...)" in message
+    assert 'approve({"max_time": <extra seconds>})' in message
+    assert "$" not in message
+    assert "max_cost" not in message
+
+
+async def test_an_add_cost_trip_says_which_guard_and_what_to_do(test_frame: None) -> None:
+    async with agency.cost_guard(0.05, label="research") as guard:
+        with pytest.raises(GuardExceededError) as info:
+            agency.add_cost(0.06)
+    message = str(info.value)
+    assert 'cost guard "research" exceeded its budget of $0.050000' in message
+    assert "spent $0.060000" in message
+    assert guard.guard_id in message
+    assert "max_cost" in message
+
+
+async def test_a_time_guard_trip_says_seconds(test_frame: None) -> None:
+    with pytest.raises(GuardExceededError) as info:
+        async with agency.time_guard(0.05):
+            await anyio.sleep(1)
+    message = str(info.value)
+    assert message.startswith("time guard time-guard:")
+    assert "exceeded its budget of 0.05 seconds" in message
+    assert "max_time" in message
+
+
+async def test_a_rejected_guard_interrupt_raises_the_explained_error(test_frame: None) -> None:
+    with pricey() as fake, agency.handler(Recorder(reject())):
+        async with agency.cost_guard(0.1, label="llm-budget"):
+            with pytest.raises(GuardExceededError) as info:
+                await agency.llm("hi", model=fake.model)
+    message = str(info.value)
+    assert 'cost guard "llm-budget" exceeded its budget of $0.100000' in message
+    assert f"spent ${CALL_COST:.6f}" in message
+    assert 'approve({"max_cost": <extra US dollars>})' in message

@@ -142,7 +142,7 @@ def test_entries_built_from_rows_equal_validated_entries() -> None:
     values = {
         "run_id": "r", "seq": 3, "path": "s/0", "name": "work", "callsite": "f.py:1",
         "result": "1", "locals": None, "scopes": '[["",0,"s"]]', "deltas": None,
-        "cost_pico": 5, "tokens": 2, "created_at": 1.5,
+        "error": None, "cost_pico": 5, "tokens": 2, "created_at": 1.5,
     }  # fmt: skip
     fast = JournalEntry.from_row(dict(values))
     assert fast == JournalEntry(**values)

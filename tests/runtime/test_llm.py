@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import agency_runtime._llm as llm_module
 from agency_runtime import (
@@ -589,3 +589,130 @@ def test_preload_wait_leaves_litellm_loaded() -> None:
     assert litellm_module() is not None
     agency.preload()  # idempotent once loaded
     assert litellm_module() is not None
+
+
+# -- tolerant parsing: the first complete JSON value ---------------------------------------------
+
+
+class TestParseStructuredFirstCompleteValue:
+    """``parse_structured`` reads the first complete JSON value, whatever follows it."""
+
+    class City(BaseModel):
+        city: str
+
+    class Trip(BaseModel):
+        class Leg(BaseModel):
+            origin: str
+            stops: list[str]
+
+        name: str
+        legs: list[Leg]
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            '{"city": "Paris"}}',
+            'Here: {"city": "Paris"} (hope that helps :})',
+            'Sure! {"city": "Paris"}]',
+            'Use {city} as the key: {"city": "Paris"} — done }',
+            '```json\n{"city": "Paris"}}\n```',
+            '{"data": {"city": "Paris"}}} trailing',
+            '{"answer": {"city": "Paris"}} :)}',
+            'See [1]. {"city": "Paris"} and {"city": "Rome"}',
+        ],
+        ids=[
+            "trailing-brace",
+            "prose-smiley",
+            "trailing-bracket",
+            "brace-in-prose-before",
+            "fence",
+            "envelope",
+            "single-key",
+            "citation-first",
+        ],
+    )
+    def test_a_model(self, reply: str) -> None:
+        assert llm_module.parse_structured(reply, TypeAdapter(self.City)) == self.City(city="Paris")
+
+    def test_nested_objects_and_prose_before(self) -> None:
+        reply = (
+            "Planned it for you {as asked}: "
+            '{"name": "Alps", "legs": [{"origin": "Lyon", "stops": ["Annecy", "Chamonix"]}, '
+            '{"origin": "Geneva", "stops": []}]} Enjoy :-}'
+        )
+        trip = llm_module.parse_structured(reply, TypeAdapter(self.Trip))
+        assert trip == self.Trip(
+            name="Alps",
+            legs=[
+                self.Trip.Leg(origin="Lyon", stops=["Annecy", "Chamonix"]),
+                self.Trip.Leg(origin="Geneva", stops=[]),
+            ],
+        )
+
+    @pytest.mark.parametrize(
+        "reply",
+        ["[1, 2, 3]]", "The numbers: [1, 2, 3] (all of them :])", '{"value": [1, 2, 3]}}'],
+    )
+    def test_an_array_answer(self, reply: str) -> None:
+        assert llm_module.parse_structured(reply, TypeAdapter(list[int])) == [1, 2, 3]
+
+    def test_a_plain_text_answer_to_a_str_schema_is_kept(self) -> None:
+        adapter = TypeAdapter(str)
+        assert llm_module.parse_structured("  just words  ", adapter) == "just words"
+        assert llm_module.parse_structured('{"value": "hi"}}', adapter) == "hi"
+
+    def test_a_mismatch_reports_the_first_values_field_errors(self) -> None:
+        with pytest.raises(ValidationError) as info:
+            llm_module.parse_structured('Here: {"town": "Paris"}} and [2]', TypeAdapter(self.City))
+        assert [e["loc"] for e in info.value.errors()] == [("city",)]
+
+    def test_text_without_json_gets_a_clear_error(self) -> None:
+        with pytest.raises(ValueError, match="the answer contains no JSON value") as info:
+            llm_module.parse_structured("I cannot answer that.", TypeAdapter(self.City))
+        assert "I cannot answer that." in str(info.value)
+        assert isinstance(info.value.__cause__, ValidationError)
+
+    @pytest.mark.parametrize(
+        "reply",
+        [
+            "[" * 100_000,
+            "[" * 100_000 + "]" * 100_000,
+            '{"a": ' * 50_000 + "1" + "}" * 50_000,
+            "prose " + "[" * 5_000 + '{"city": "Paris"}',
+        ],
+        ids=["unclosed", "closed", "objects", "after-many-openers"],
+    )
+    def test_deep_nesting_is_a_clean_error_not_a_recursion_error(self, reply: str) -> None:
+        started = time.monotonic()
+        with pytest.raises((ValueError, ValidationError)) as info:
+            llm_module.parse_structured(reply, TypeAdapter(self.City))
+        assert not isinstance(info.value, RecursionError)
+        assert len(str(info.value)) < 2_000
+        assert time.monotonic() - started < 2
+
+    def test_a_pathological_text_tries_a_bounded_number_of_starts(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Each of the 500 openers starts an array that runs to the end of the text before it
+        # fails: trying every one would scan the text 500 times; the starts tried are bounded.
+        reply = "[" * 500 + "1," * 200_000
+        starts: list[int] = []
+        decoder = llm_module._DECODER
+
+        class Counting:
+            def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:
+                starts.append(index)
+                return decoder.raw_decode(text, index)
+
+        monkeypatch.setattr(llm_module, "_DECODER", Counting())
+        with pytest.raises(ValueError, match="no JSON value"):
+            llm_module.parse_structured(reply, TypeAdapter(self.City))
+        assert 0 < len(starts) <= llm_module._MAX_STARTS
+
+    async def test_through_agency_llm_a_trailing_brace_parses_first_time(self) -> None:
+        reply = 'Here: {"name": "Ada", "age": 36} (hope that helps :})'
+        with FakeModel("trailing", replies=[reply]) as fake, agency.test_context():
+            assert await agency.llm("who?", model=fake.model, schema=Person) == Person(
+                name="Ada", age=36
+            )
+        assert len(fake.calls) == 1

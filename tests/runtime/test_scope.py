@@ -421,7 +421,10 @@ async def test_resume_counts_s1_1_s2_2_s3_1(store: Store) -> None:
 # -- ids at call time --------------------------------------------------------------------------
 
 
-async def test_concurrent_steps_in_a_task_group_get_ids_in_call_order() -> None:
+async def test_concurrent_steps_in_a_task_group_get_ids_of_their_branch() -> None:
+    """Each task of a task group is a branch named by when its parent started it (the
+    n-th task after the parent's e-th counted event), so its step ids never depend on how
+    the tasks interleave."""
     paths: dict[str, str] = {}
 
     async def work(name: str, delay: float) -> str:
@@ -444,7 +447,7 @@ async def test_concurrent_steps_in_a_task_group_get_ids_in_call_order() -> None:
 
     with agency.test_context():
         assert await agency.with_resumable_scope("par", body) == ["a", "b", "c"]
-    assert paths == {"a": "0", "b": "1", "c": "2"}
+    assert paths == {"a": "0.0:0", "b": "0.1:0", "c": "0.2:0"}
 
 
 async def test_step_id_is_assigned_when_step_is_called_not_awaited() -> None:
@@ -492,7 +495,11 @@ async def test_parallel_steps_finished_out_of_order_resume_by_id(store: Store) -
     assert first.status == "failed"
     entries = await agency.runs.journal("out-of-order", store=store)
     # b finished first, then c, then a: committed out of id order.
-    assert [(e.path, e.name) for e in entries] == [("par/1", "b"), ("par/2", "c"), ("par/0", "a")]
+    assert [(e.path, e.name) for e in entries] == [
+        ("par/0.1:0", "b"),
+        ("par/0.2:0", "c"),
+        ("par/0.0:0", "a"),
+    ]
 
     second = await agency.run(entry, run_id="out-of-order", store=store)
     assert second.status == "completed"
@@ -527,7 +534,7 @@ async def test_a_failed_parallel_step_reruns_while_later_ids_are_skipped(store: 
     assert first.status == "failed"
     assert first.error is not None
     assert first.error.type == "RuntimeError"
-    assert await journal_paths("membership", store) == ["par/1", "par/2"]
+    assert await journal_paths("membership", store) == ["par/0.1:0", "par/0.2:0"]
 
     second = await agency.run(entry, run_id="membership", store=store)
     assert second.status == "completed"

@@ -1,0 +1,242 @@
+"""Deterministic addresses for concurrent branches: each task's causal position.
+
+Everything a run counts — nested scope entries, step ids, interrupts and LLM calls made
+outside steps, checkpoints, guards, memory operations — is addressed by where it happens.
+When one task does these things in sequence, a counter per address is enough (``inner``,
+``inner~1``, ``llm#0``, step ``order/3``). Concurrent tasks reach them in an order that
+depends on timing, and on replay (where completed steps return at once) that order changes:
+counted by arrival, two branches would swap each other's journals and answers.
+
+So every task carries a :class:`Cursor` in a ``ContextVar`` (asyncio and trio give each task
+its own copy of the context). A cursor is relative to a *base*, the address a scope body, a
+step or a journaled call runs at, and names the task's *branch* there: ``""`` for the task
+that opened the base, else the path of task spawns that led to it, each written
+``<events>.<n>`` — "the n-th task its parent started after its e-th counted event" — joined
+with ``+``. Both numbers are facts of the parent's own deterministic history, so a branch
+gets the same name on every replay, however the scheduler interleaves. A branch other than
+the base's own task qualifies what it counts with its name (``2.0:inner``, step
+``order/2.0:0``, ``order/2.0:llm#0``); the base's own task counts exactly as before.
+
+Spawn order has to be seen when a task is created, before it runs: on asyncio by a task
+factory installed on the running loop (chained to any factory already there), on trio by an
+instrument. A task created some other way (a worker thread, a factory installed after ours)
+is noticed at its first counted event and named by arrival instead (``?``-marked), which is
+no worse than counting by arrival; the journal's checks (step and scope names, interrupt
+effects and messages) still refuse to hand it a wrong result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import logging
+import sys
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["Cursor", "at_base", "install_spawn_hook", "qualify", "tick"]
+
+logger = logging.getLogger("agency_runtime.branches")
+
+
+class Cursor:
+    """One task's causal position relative to a base address (see the module docstring)."""
+
+    __slots__ = ("base", "branch", "events", "owner", "parent", "spawned")
+
+    def __init__(self, base: str, branch: str, parent: Cursor | None, owner: int | None) -> None:
+        self.base = base
+        self.branch = branch
+        self.parent = parent
+        self.owner = owner
+        self.events = 0
+        """Counted events this task made at this base so far."""
+        self.spawned = 0
+        """Tasks this task started since its last counted event."""
+
+    def spawn(self, *, marker: str = "") -> Cursor:
+        """The cursor of a task started now by the task holding this cursor."""
+        key = f"{marker}{self.events}.{self.spawned}"
+        self.spawned += 1
+        branch = f"{self.branch}+{key}" if self.branch else key
+        return Cursor(self.base, branch, self.parent, None)
+
+    def __repr__(self) -> str:
+        return f"<Cursor base={self.base!r} branch={self.branch!r} events={self.events}>"
+
+
+_CURSOR: contextvars.ContextVar[Cursor | None] = contextvars.ContextVar(
+    "agency_cursor", default=None
+)
+
+
+def _current_task() -> int:
+    """An identity for the running task (a thread's id outside any task)."""
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        task = asyncio.current_task(loop)
+        if task is not None:
+            return id(task)
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return id(trio.lowlevel.current_task())
+        except RuntimeError:
+            pass
+    return threading.get_ident()
+
+
+_warned_unhooked = False
+
+
+def _mine() -> Cursor | None:
+    """The current task's cursor, branching off when it was inherited without the hook."""
+    cursor = _CURSOR.get()
+    if cursor is None:
+        return None
+    task = _current_task()
+    if cursor.owner == task:
+        return cursor
+    if cursor.owner is None:
+        cursor.owner = task
+        return cursor
+    global _warned_unhooked
+    if not _warned_unhooked:
+        _warned_unhooked = True
+        logger.debug(
+            "a task started without agency's spawn hook counts inside a run; its addresses "
+            "follow arrival order (journal checks still apply)"
+        )
+    child = cursor.spawn(marker="?")
+    child.owner = task
+    _CURSOR.set(child)
+    return child
+
+
+def tick(address: str) -> str:
+    """Count one event of the current task at ``address``; return its branch there.
+
+    ``""`` when the task is the one that opened ``address`` (or outside any run).
+    """
+    cursor = _mine()
+    if cursor is None:
+        return ""
+    cursor.events += 1
+    cursor.spawned = 0
+    return _relative(cursor, address)
+
+
+def _relative(cursor: Cursor, address: str) -> str:
+    """The branch of ``cursor``'s task relative to ``address`` (an enclosing base)."""
+    suffix = ""
+    current: Cursor | None = cursor
+    while current is not None:
+        if current.base == address:
+            return current.branch + suffix
+        if current.branch:
+            # A task spawned inside a nested base: name that base too (without '/').
+            marker = hashlib.blake2b(current.base.encode(), digest_size=3).hexdigest()
+            suffix = f"[{marker}]{current.branch}{suffix}"
+        current = current.parent
+    return suffix
+
+
+def qualify(branch: str, text: str) -> str:
+    """``text`` as counted by ``branch`` (unchanged for the base's own task)."""
+    return f"{branch}:{text}" if branch else text
+
+
+@contextmanager
+def at_base(base: str) -> Iterator[Cursor]:
+    """Open ``base`` (a scope body, a step, a journaled call) for the current task."""
+    install_spawn_hook()
+    parent = _mine()
+    cursor = Cursor(base, "", parent, _current_task())
+    token = _CURSOR.set(cursor)
+    try:
+        yield cursor
+    finally:
+        _CURSOR.reset(token)
+
+
+@contextmanager
+def run_root() -> Iterator[Cursor]:
+    """The cursor of a run's entry (its base is the run root, ``""``)."""
+    install_spawn_hook()
+    cursor = Cursor("", "", None, _current_task())
+    token = _CURSOR.set(cursor)
+    try:
+        yield cursor
+    finally:
+        _CURSOR.reset(token)
+
+
+# -- seeing tasks being spawned -----------------------------------------------------------------
+
+
+class _TaskFactory:
+    """An asyncio task factory that gives each task started inside a run its own cursor."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        context: contextvars.Context | None = kwargs.pop("context", None)
+        parent = (context.get(_CURSOR) if context is not None else _CURSOR.get()) is not None
+        if parent:
+            own = _mine() if context is None else context.get(_CURSOR)
+            context = context.copy() if context is not None else contextvars.copy_context()
+            if own is not None:
+                context.run(_CURSOR.set, own.spawn())
+        if self.inner is None:
+            return asyncio.Task(coro, loop=loop, context=context, **kwargs)
+        if context is None:
+            return self.inner(loop, coro, **kwargs)
+        return self.inner(loop, coro, context=context, **kwargs)
+
+
+_trio_runs: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _trio_instrument() -> Any:
+    import trio
+
+    class _TrioSpawns(trio.abc.Instrument):
+        """Gives each trio task started inside a run its own cursor."""
+
+        def task_spawned(self, task: Any) -> None:
+            if _CURSOR.get() is None:
+                return
+            own = _mine()
+            if own is None:
+                return
+            child = own.spawn()
+            child.owner = id(task)
+            task.context.run(_CURSOR.set, child)
+
+    return _TrioSpawns()
+
+
+def install_spawn_hook() -> None:
+    """Make sure tasks started from now on in this event loop get their own cursors."""
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        if not isinstance(loop.get_task_factory(), _TaskFactory):
+            loop.set_task_factory(_TaskFactory(loop.get_task_factory()))
+        return
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return
+    try:
+        token = trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        return
+    if token not in _trio_runs:
+        trio.lowlevel.add_instrument(_trio_instrument())
+        _trio_runs.add(token)

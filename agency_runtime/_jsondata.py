@@ -1,0 +1,106 @@
+"""What may be stored: values JSON holds faithfully, checked before anything is written.
+
+Everything a run stores (arguments, step results, locals, values, interrupt data and
+answers) goes through JSON. Some Python values would come back as something else without a
+word: a set as a list, bytes as text, ``NaN`` as a non-standard token, ``{1: "a"}`` as
+``{"1": "a"}``. Those are refused at the moment they are stored, naming where the value sits.
+
+Accepted, and documented as round trips: ``None``, booleans, integers, finite floats,
+strings, lists, dicts with string keys, pydantic models and dataclasses (their own
+serialization; revived when the step or entry is annotated), tuples (come back as lists),
+``datetime``/``date``/``time``/``timedelta``/``UUID``/``Decimal``/``Enum`` values (come back
+as strings or their value; revived when annotated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import math
+import uuid
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["MAX_DEPTH", "check_text", "json_problem"]
+
+MAX_DEPTH = 200
+"""The deepest nesting of lists and dicts a stored value may have."""
+
+_TRUSTED = (
+    BaseModel,
+    enum.Enum,
+    dt.datetime,
+    dt.date,
+    dt.time,
+    dt.timedelta,
+    uuid.UUID,
+    decimal.Decimal,
+)
+
+
+def _where(path: list[str | int]) -> str:
+    if not path:
+        return ""
+    return " at " + "".join(f"[{p!r}]" for p in path)
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be stored faithfully as JSON, or ``None`` when it can."""
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        item, path = stack.pop()
+        if item is None or isinstance(item, bool | int | str):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return f"the float {item!r}{_where(path)} is not a JSON number"
+            continue
+        if len(path) >= MAX_DEPTH:
+            return f"it is nested more than {MAX_DEPTH} levels deep{_where(path[:3])}…"
+        if isinstance(item, list | tuple):
+            stack.extend((v, [*path, i]) for i, v in enumerate(item))
+            continue
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return (
+                        f"the dict{_where(path)} has a {type(key).__name__} key {key!r}; JSON "
+                        "keys are strings (it would come back as a string)"
+                    )
+                stack.append((inner, [*path, key]))
+            continue
+        if isinstance(item, _TRUSTED):
+            continue
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            continue
+        kind = type(item).__name__
+        if isinstance(item, set | frozenset):
+            return f"the {kind}{_where(path)} would come back as a list; store a list"
+        if isinstance(item, bytes | bytearray | memoryview):
+            return f"the {kind}{_where(path)} is not JSON; store text (e.g. base64) instead"
+        return f"the {kind} object{_where(path)} is not JSON data"
+    return None
+
+
+def check_text(text: str, what: str) -> None:
+    """Raise ``InvalidArgumentError`` when ``text`` cannot be stored (not valid UTF-8).
+
+    A lone surrogate (``"\\ud800"``, e.g. from a JSON escape) is the one way a Python string
+    is not: it would fail deep inside the store instead of here.
+    """
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        from ._errors import InvalidArgumentError
+
+        bad = text[exc.start : exc.end]
+        raise InvalidArgumentError(
+            f"{what} holds a lone surrogate ({bad!r} at position {exc.start}), which is not "
+            "valid UTF-8 and cannot be stored; replace it (e.g. text.encode('utf-8', "
+            "'replace').decode())"
+        ) from None
