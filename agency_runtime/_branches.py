@@ -38,7 +38,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Cursor", "at_base", "install_spawn_hook", "qualify", "tick"]
+__all__ = [
+    "Cursor",
+    "at_base",
+    "close_base",
+    "install_spawn_hook",
+    "open_base",
+    "qualify",
+    "run_root",
+    "tick",
+]
 
 logger = logging.getLogger("agency_runtime.branches")
 
@@ -74,11 +83,17 @@ _CURSOR: contextvars.ContextVar[Cursor | None] = contextvars.ContextVar(
 )
 
 
+_get_running_loop = asyncio._get_running_loop
+_asyncio_tasks: Any = getattr(asyncio.tasks, "_current_tasks", None)  # a dict on 3.11-3.13
+
+
 def _current_task() -> int:
     """An identity for the running task (a thread's id outside any task)."""
-    loop = asyncio._get_running_loop()
+    loop = _get_running_loop()
     if loop is not None:
-        task = asyncio.current_task(loop)
+        task = (
+            _asyncio_tasks.get(loop) if _asyncio_tasks is not None else asyncio.current_task(loop)
+        )
         if task is not None:
             return id(task)
     trio = sys.modules.get("trio")
@@ -127,6 +142,8 @@ def tick(address: str) -> str:
         return ""
     cursor.events += 1
     cursor.spawned = 0
+    if cursor.base == address:
+        return cursor.branch
     return _relative(cursor, address)
 
 
@@ -150,15 +167,30 @@ def qualify(branch: str, text: str) -> str:
     return f"{branch}:{text}" if branch else text
 
 
+def open_base(base: str) -> contextvars.Token[Cursor | None]:
+    """Open ``base`` (a scope body, a step, a journaled call) for the current task.
+
+    Returns the token :func:`close_base` takes back (a plain pair of calls, not a context
+    manager: it runs once per step).
+    """
+    # Every caller counted an event at the enclosing base just before (tick), which made
+    # sure the current cursor is this task's own: no second look at the running task.
+    parent = _CURSOR.get()
+    owner = parent.owner if parent is not None else _current_task()
+    return _CURSOR.set(Cursor(base, "", parent, owner))
+
+
+def close_base(token: contextvars.Token[Cursor | None]) -> None:
+    """Close what :func:`open_base` opened."""
+    _CURSOR.reset(token)
+
+
 @contextmanager
-def at_base(base: str) -> Iterator[Cursor]:
-    """Open ``base`` (a scope body, a step, a journaled call) for the current task."""
-    install_spawn_hook()
-    parent = _mine()
-    cursor = Cursor(base, "", parent, _current_task())
-    token = _CURSOR.set(cursor)
+def at_base(base: str) -> Iterator[None]:
+    """:func:`open_base` / :func:`close_base` as a context manager."""
+    token = open_base(base)
     try:
-        yield cursor
+        yield
     finally:
         _CURSOR.reset(token)
 

@@ -19,20 +19,21 @@ another name raises :class:`NondeterminismError` naming both sides.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from pydantic_core import from_json, to_json
 
-from ._branches import at_base
+from ._branches import close_base, open_base
 from ._errors import (
     JournalCorruptError,
     LLMCallError,
     NondeterminismError,
     StructuredOutputError,
 )
-from ._frame import Frame
+from ._frame import _FRAME, Frame
 from ._guards import apply_grant, charge_guards, find_guard
 from ._journal import RunJournal, journal_of
 from ._records import JournalEntry
@@ -139,14 +140,16 @@ async def perform(
     path: str,
     name: str,
     callsite: str,
-    operation: Callable[[], Awaitable[T]],
+    fn: Callable[[], Any],
     *,
-    encode: Callable[[T], tuple[str, V]],
+    encode: Callable[[Any], tuple[str, V]],
+    run_frame: Frame | None = None,
     fields: Callable[[], dict[str, Any]] | None = None,
     failures: tuple[type[Exception], ...] = (),
 ) -> V:
-    """Run ``operation`` as the unit at ``path`` and commit it; return its decoded value.
+    """Run ``fn`` (sync or async) as the unit at ``path`` and commit it; return its value.
 
+    ``run_frame``, when given, is the frame ``fn`` runs in (a step's own frame).
     ``encode(result)`` gives the JSON text to journal and the value to return (it may
     raise, e.g. ``StepResultError``: then nothing is committed). ``fields()`` adds columns
     of the entry (a scope step's locals and scope chain). An exception in ``failures`` is
@@ -156,8 +159,16 @@ async def perform(
     recorder = Recorder()
     token = CHANGES.set(recorder)
     try:
-        with at_base(path):
-            result = await operation()
+        base = open_base(path)
+        installed = None if run_frame is None else _FRAME.set(run_frame)
+        try:
+            result = fn()
+            if inspect.isawaitable(result):
+                result = await result
+        finally:
+            if installed is not None:
+                _FRAME.reset(installed)
+            close_base(base)
         text, value = encode(result)
     except failures as exc:
         CHANGES.reset(token)
@@ -173,7 +184,7 @@ async def perform(
         raise
     CHANGES.reset(token)
     await _commit(frame, journal, path, name, callsite, recorder, text, fields, None)
-    if outer is not None:
+    if outer is not None and recorder.changes:
         outer.absorb(recorder, spend=False)
     return value
 

@@ -49,6 +49,9 @@ def _where(path: list[str | int]) -> str:
 
 def json_problem(value: Any) -> str | None:
     """Why ``value`` cannot be stored faithfully as JSON, or ``None`` when it can."""
+    shape = type(value)
+    if shape is str or shape is int or shape is bool or value is None:
+        return None
     stack: list[tuple[Any, list[str | int]]] = [(value, [])]
     while stack:
         item, path = stack.pop()

@@ -3,19 +3,22 @@
 ``await agency.with_resumable_scope("order", body)`` runs ``body(s)``; each
 ``await s.step(fn)`` either returns the journaled result of a step that already completed
 (without calling ``fn``) or runs ``fn`` and commits its result, the scope's locals, the
-thread messages it added and the run's spend in one transaction.
+thread messages it added and the spend it made in one transaction (through the one
+journaled-effect primitive, :mod:`agency_runtime._effects`).
 
 Addressing: step ids are assigned when ``s.step`` is *called* (0, 1, 2, … per scope entry),
-so steps started concurrently get ids in call order; completed steps are found by id, so
+so steps started together get ids in call order; completed steps are found by id, so
 parallel steps that finished out of order resume correctly. A scope's address is its
 parent's address plus its name (``name~1``, ``name~2`` for repeated entries under the same
-parent); a step's path is its scope's address plus its id (``outer/2/inner/0``).
+parent); a step's path is its scope's address plus its id (``outer/2/inner/0``). What a
+concurrent branch counts (its steps of a shared scope, the scopes it enters) is qualified
+by the branch's causal position (``outer/0.1:inner``, ``order/0.0:3``; see
+:mod:`agency_runtime._branches`), so addresses never depend on how branches interleave.
 """
 
 from __future__ import annotations
 
 import dis
-import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from types import CodeType, FrameType
@@ -33,7 +36,7 @@ from ._errors import (
     NondeterminismError,
     StepResultError,
 )
-from ._frame import _FRAME, Position, call_in_frame, current_frame, position_of, use_frame
+from ._frame import Position, call_in_frame, current_frame, position_of, use_frame
 from ._journal import RunJournal, journal_of
 from ._jsondata import json_problem
 
@@ -120,8 +123,10 @@ def step_name(fn: Callable[..., Any]) -> str:
     """
     name = getattr(fn, "__qualname__", None)
     if isinstance(name, str):
+        if not name.endswith("<lambda>"):
+            return name
         code = getattr(fn, "__code__", None)
-        if name.endswith("<lambda>") and isinstance(code, CodeType):
+        if isinstance(code, CodeType):
             cells = getattr(fn, "__closure__", None) or ()
             closure: dict[str, Any] = {}
             for variable, cell in zip(code.co_freevars, cells, strict=False):
@@ -222,8 +227,9 @@ class ResumableScope:
         path = f"{self.address}/{index}"
         called = name if name is not None else step_name(fn)
         callsite = _where(sys._getframe(1))
-        entry = recorded(journal, path, called, callsite)
+        entry = journal.entries.get(path)
         if entry is not None:
+            recorded(journal, path, called, callsite)  # the determinism check
             adapter = return_adapter(fn, returns)
             decode = from_json if adapter is None else adapter.validate_json
             frame = current_frame("ResumableScope.step()")
@@ -245,36 +251,28 @@ class ResumableScope:
         )
         adapter = return_adapter(fn, returns)
 
-        async def operation() -> Any:
-            token = _FRAME.set(step_frame)
-            try:
-                result = fn()
-                if inspect.isawaitable(result):
-                    result = await result
-            finally:
-                _FRAME.reset(token)
-            return result
-
         def encode(result: Any) -> tuple[str, Any]:
-            what = (
-                f"step {path!r} ({step_name}) of scope {self.name!r} in run "
-                f"{self._journal.run_id!r} returned a {type(result).__name__}"
-            )
+            def what() -> str:
+                return (
+                    f"step {path!r} ({step_name}) of scope {self.name!r} in run "
+                    f"{self._journal.run_id!r} returned a {type(result).__name__}"
+                )
+
             problem = json_problem(result)
             if problem is not None:
-                raise StepResultError(f"{what}, which cannot be journaled as JSON: {problem}")
+                raise StepResultError(f"{what()}, which cannot be journaled as JSON: {problem}")
             try:
                 text = to_json(result).decode()
             except (PydanticSerializationError, TypeError, ValueError) as exc:
                 raise StepResultError(
-                    f"{what}, which cannot be journaled as JSON ({exc}); return JSON data or a "
-                    "pydantic model"
+                    f"{what()}, which cannot be journaled as JSON ({exc}); return JSON data or "
+                    "a pydantic model"
                 ) from exc
             try:
                 value = from_json(text) if adapter is None else adapter.validate_json(text)
             except ValidationError as exc:
                 raise StepResultError(
-                    f"{what}, which does not fit the step's return type: {_fields(exc)}"
+                    f"{what()}, which does not fit the step's return type: {_fields(exc)}"
                 ) from exc
             return text, value
 
@@ -285,8 +283,8 @@ class ResumableScope:
             }
 
         return await perform(
-            frame, self._journal, path, step_name, callsite, operation,
-            encode=encode, fields=fields,
+            frame, self._journal, path, step_name, callsite, fn,
+            encode=encode, run_frame=step_frame, fields=fields,
         )  # fmt: skip
 
     # -- locals and halt -------------------------------------------------------------------------

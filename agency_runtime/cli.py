@@ -219,7 +219,7 @@ def _arguments(text: str) -> str:
         kwargs = [
             f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in data.get("kwargs", {}).items()
         ]
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return text
     return ", ".join(args + kwargs) or "(none)"
 
@@ -254,7 +254,7 @@ def _decoded(text: Any) -> Any:
         return text
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 
@@ -591,7 +591,7 @@ def _parse_value(text: str | None) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 
@@ -601,6 +601,8 @@ def _parse_answers(text: str) -> dict[str, Any]:
         data = json.loads(text)
     except ValueError as exc:
         raise UsageError(f"--answers is not valid JSON ({exc}): {_preview(text)}") from None
+    except RecursionError:
+        raise UsageError(f"--answers is nested too deeply: {_preview(text)}") from None
     if not isinstance(data, dict) or not data:
         raise UsageError(
             "--answers must be a JSON object keyed by interrupt id, like "

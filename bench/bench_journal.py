@@ -23,6 +23,7 @@ same fresh process: the cold first answer minus it is the one-time cost of a new
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import statistics
 import subprocess
@@ -65,6 +66,7 @@ async def many_steps(n):
     return await agency.with_resumable_scope("steps", body)
 
 
+@agency.entry
 async def steps_then_interrupt(n):
     async def body(s):
         for _ in range(n):
@@ -192,6 +194,7 @@ def answer_in_fresh_process(tmp: Path, db: Path, *paused: Any) -> list[float]:
     interrupts = json.dumps([[i.model_dump(mode="json") for i in p.interrupts] for p in paused])
     done = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, str(tmp), url(db), interrupts],
+        env={**os.environ, "AGENCY_IMPORTS": FLOWS_MODULE},  # the app's module (trust model)
         capture_output=True,
         text=True,
         check=False,

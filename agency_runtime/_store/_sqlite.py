@@ -42,6 +42,9 @@ __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 WAL_TRIM_BYTES = 64 * 1024 * 1024
 """When a run ends and the WAL file is larger than this, it is checkpointed and truncated."""
 
+FILE_CHECK_SECONDS = 0.05
+"""How often (at most) a step commit checks that the database file is still the one opened."""
+
 SCHEMA_VERSION = 2
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
 
@@ -233,6 +236,7 @@ class SqliteStore:
         self._lock = threading.Lock()
         self._conn = self._open(synchronous, busy_timeout)
         self._identity = self._file_identity()
+        self._checked_at = time.monotonic()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -349,14 +353,21 @@ class SqliteStore:
             return (-1, -1)
         return (stat.st_dev, stat.st_ino)
 
-    def _check_file(self) -> None:
+    def _check_file(self, *, throttled: bool = False) -> None:
         """Refuse to write when the file this store opened was deleted or replaced.
 
         SQLite keeps writing to an unlinked file, so without this a deleted store would take
-        every commit and report runs completed that no one can ever read back.
+        every commit and report runs completed that no one can ever read back. Step commits
+        look at most every :data:`FILE_CHECK_SECONDS` (a ``stat`` costs as much as a tenth of
+        a commit); claims, pauses, rewinds and every run's outcome always look.
         """
         if self._identity is None:
             return
+        if throttled:
+            clock = time.monotonic()
+            if clock - self._checked_at < FILE_CHECK_SECONDS:
+                return
+            self._checked_at = clock
         now = self._file_identity()
         if now != self._identity:
             what = "deleted" if now == (-1, -1) else "replaced by another file"
@@ -368,14 +379,14 @@ class SqliteStore:
 
     @contextmanager
     def _db(
-        self, what: str, *, write: bool = False, check: bool = False
+        self, what: str, *, write: bool = False, check: bool | Literal["throttled"] = False
     ) -> Iterator[sqlite3.Connection]:
         with self._lock:
             conn = self._conn
             if conn is None:
                 raise StoreError(f"the SQLite store {self._path!r} is closed")
             if check:
-                self._check_file()
+                self._check_file(throttled=check == "throttled")
             try:
                 if write:
                     conn.execute("BEGIN IMMEDIATE")
@@ -586,7 +597,8 @@ class SqliteStore:
             entry.run_id,
             owner,
         )
-        with self._db(f"commit step {entry.path!r} of run {entry.run_id!r}", check=True) as conn:
+        what = f"commit step {entry.path!r} of run {entry.run_id!r}"
+        with self._db(what, check="throttled") as conn:
             return conn.execute(_INSERT_STEP, values).rowcount == 1
 
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
