@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from agency_runtime import MemoryStore, agency
+from tests.turn_kit.telegram.doubles import Ctx, Transport, echo
 from turn_kit import TurnArgs, TurnKitError
 from turn_kit.telegram import (
     TelegramPoller,
@@ -23,31 +24,6 @@ from turn_kit.telegram._polling import MAX_ATTEMPTS
 pytestmark = pytest.mark.anyio
 
 HOOK = {"X-Telegram-Bot-Api-Secret-Token": "s", "content-type": "application/json"}
-
-
-class Transport:
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    async def send_message(self, chat_id: str, text: str, **options: Any) -> dict[str, Any]:
-        self.sent.append(text)
-        return {"ok": True, "chat_id": chat_id, "message_id": str(len(self.sent))}
-
-
-class Memory:
-    async def recall(self, query: str, **options: Any) -> list[str]:
-        return []
-
-    async def save(self, content: str, **options: Any) -> dict[str, str]:
-        return {"id": "m"}
-
-
-class Ctx:
-    memory = Memory()
-
-
-def echo(turn: TurnArgs) -> str:
-    return f"re {turn.input}"
 
 
 def update(update_id: int, message_id: int | str, chat: int | str, text: str) -> dict[str, Any]:

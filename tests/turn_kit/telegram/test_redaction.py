@@ -16,7 +16,8 @@ import pytest
 import telegram
 
 from agency_runtime import MemoryStore
-from turn_kit import TurnArgs, TurnKitError
+from tests.turn_kit.telegram.doubles import Ctx, Transport, echo
+from turn_kit import TurnKitError
 from turn_kit.telegram import (
     BotApiTransport,
     CloudTelegramTransport,
@@ -55,38 +56,13 @@ def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    async def send_message(self, chat_id: str, text: str, **options: Any) -> dict[str, Any]:
-        self.sent.append(text)
-        return {"ok": True, "chat_id": chat_id, "message_id": str(len(self.sent))}
-
-
-class Memory:
-    async def recall(self, query: str, **options: Any) -> list[str]:
-        return []
-
-    async def save(self, content: str, **options: Any) -> dict[str, str]:
-        return {"id": "m"}
-
-
-class Ctx:
-    memory = Memory()
-
-
-def reply(turn: TurnArgs) -> str:
-    return f"re {turn.input}"
-
-
 @pytest.mark.parametrize("setup", ["token", "env", "client"])
 async def test_no_poller_setup_logs_the_token(
     setup: str, logs: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with FakeBotApi(token=TOKEN) as api:
         api.push_message(int(OWNER), "hello")
-        recorder = Recorder()
+        recorder = Transport()
         adapter = create_telegram_turn_adapter(
             namespace="bot", owner_chat=OWNER, transport=recorder, store=MemoryStore()
         )
@@ -100,7 +76,7 @@ async def test_no_poller_setup_logs_the_token(
         else:
             client = options["client"] = httpx.AsyncClient()
             options["token"] = TOKEN
-        poller = TelegramPoller(adapter, ctx=Ctx(), respond=reply, **options)
+        poller = TelegramPoller(adapter, ctx=Ctx(), respond=echo, **options)
         try:
             assert await poller.poll_once() == 1
         finally:
@@ -125,10 +101,10 @@ async def test_a_getupdates_error_quoting_the_url_is_scrubbed(
         raise httpx.ConnectError(f"cannot reach {request.url}", request=request)
 
     adapter = create_telegram_turn_adapter(namespace="bot", owner_chat=OWNER,
-                                           transport=Recorder(), store=MemoryStore())  # fmt: skip
+                                           transport=Transport(), store=MemoryStore())  # fmt: skip
     strip_redactors()
     async with httpx.AsyncClient(transport=httpx.MockTransport(unreachable)) as client:
-        poller = TelegramPoller(adapter, ctx=Ctx(), respond=reply, token=TOKEN, client=client,
+        poller = TelegramPoller(adapter, ctx=Ctx(), respond=echo, token=TOKEN, client=client,
                                 poll_timeout=0)  # fmt: skip
         with pytest.raises(TurnKitError, match="ConnectError") as info:
             await poller.poll_once()
@@ -208,16 +184,16 @@ async def test_the_filter_scrubs_any_case_and_the_literal_token(
 
 def build_poller() -> Any:
     adapter = create_telegram_turn_adapter(namespace="bot", owner_chat=OWNER,
-                                           transport=Recorder(), store=MemoryStore())  # fmt: skip
+                                           transport=Transport(), store=MemoryStore())  # fmt: skip
     strip_redactors()
-    return TelegramPoller(adapter, ctx=Ctx(), respond=reply, token=TOKEN)
+    return TelegramPoller(adapter, ctx=Ctx(), respond=echo, token=TOKEN)
 
 
 def build_webhook() -> Any:
     adapter = create_telegram_turn_adapter(namespace="bot", owner_chat=OWNER,
-                                           transport=Recorder(), store=MemoryStore())  # fmt: skip
+                                           transport=Transport(), store=MemoryStore())  # fmt: skip
     strip_redactors()
-    return webhook_app(adapter, ctx=Ctx(), respond=reply, secret_token="s")
+    return webhook_app(adapter, ctx=Ctx(), respond=echo, secret_token="s")
 
 
 @pytest.mark.parametrize(
