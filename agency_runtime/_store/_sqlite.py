@@ -478,36 +478,41 @@ class SqliteStore:
         unjournaled: tuple[int, int] = (0, 0),
         forget: Sequence[str] = (),
     ) -> bool:
+        # One guarded UPDATE in autocommit (a transaction only when steps are forgotten).
         with self._db(
-            f"store the outcome of run {record.run_id!r}", write=True, check=True
+            f"store the outcome of run {record.run_id!r}", write=bool(forget), check=True
         ) as conn:
-            if conn.execute(f"SELECT {_HOLDS}", (record.run_id, owner)).fetchone()[0] != 1:
-                finished = False
-            else:
-                forgotten = _drop_steps(
+            pico, tokens = unjournaled
+            if forget:
+                if conn.execute(f"SELECT {_HOLDS}", (record.run_id, owner)).fetchone()[0] != 1:
+                    return False
+                dropped = _drop_steps(
                     conn, record.run_id, f"path IN ({', '.join('?' * len(forget))})", forget
-                ) if forget else (0, 0)  # fmt: skip
-                conn.execute(
-                    "UPDATE runs SET status = ?, value = ?, error = ?, interrupts = ?, "
-                    "cost_pico = ?, tokens = ?, unjournaled_pico = unjournaled_pico + ?, "
-                    "unjournaled_tokens = unjournaled_tokens + ?, finished_at = ?, "
-                    "updated_at = ?, version = version + 1, lease_owner = NULL, "
-                    "lease_expires_at = NULL WHERE run_id = ?",
-                    (
-                        record.status,
-                        record.value,
-                        _error_json(record.error),
-                        _interrupts_json(record.interrupts),
-                        record.cost_pico,
-                        record.tokens,
-                        unjournaled[0] + forgotten[0],
-                        unjournaled[1] + forgotten[1],
-                        record.finished_at,
-                        time.time(),
-                        record.run_id,
-                    ),
                 )
-                finished = True
+                pico, tokens = pico + dropped[0], tokens + dropped[1]
+            cursor = conn.execute(
+                "UPDATE runs SET status = ?, value = ?, error = ?, interrupts = ?, "
+                "cost_pico = ?, tokens = ?, unjournaled_pico = unjournaled_pico + ?, "
+                "unjournaled_tokens = unjournaled_tokens + ?, finished_at = ?, "
+                "updated_at = ?, version = version + 1, lease_owner = NULL, "
+                "lease_expires_at = NULL "
+                "WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
+                (
+                    record.status,
+                    record.value,
+                    _error_json(record.error),
+                    _interrupts_json(record.interrupts),
+                    record.cost_pico,
+                    record.tokens,
+                    pico,
+                    tokens,
+                    record.finished_at,
+                    time.time(),
+                    record.run_id,
+                    owner,
+                ),
+            )
+            finished = cursor.rowcount == 1
         self._trim_wal()
         return finished
 
