@@ -5,8 +5,16 @@ re-exported here. Importing this package is cheap: litellm is imported lazily, o
 LLM call.
 """
 
-from ._context import AbortSignal, BranchState, RuntimeContext
-from ._conversation_memory import ConversationMemory, MemoryItem, SaveReceipt
+from ._core._context import AbortSignal, BranchState, RuntimeContext
+from ._core._frame import CallsiteLocation, Frame
+from ._core._threads import (
+    Message,
+    MessageThread,
+    QueuedMessage,
+    ThreadInfo,
+    ThreadStore,
+    ThreadStoreData,
+)
 from ._errors import (
     AgencyCancelledError,
     AgencyError,
@@ -39,29 +47,24 @@ from ._errors import (
     StructuredOutputError,
 )
 from ._facade import Agency, agency
-from ._frame import CallsiteLocation, Frame
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
 from ._locks import HeldLock
-from ._memory import MemoryConfig
-from ._records import (
+from ._memory._agent import MemoryConfig
+from ._memory._conversation import ConversationMemory, MemoryItem, SaveReceipt
+from ._scope import ResumableScope, ResumableScopeOpts
+from ._store import DEFAULT_STORE_URL, MemoryStore, RunRecord, SqliteStore, Store, open_store
+from ._types import (
     Checkpoint,
+    ErrorInfo,
+    Interrupt,
     InterruptAnswer,
     InterruptResponse,
     Journal,
     JournalEntry,
     MemoryRecord,
-)
-from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
-from ._scope import ResumableScope, ResumableScopeOpts
-from ._store import DEFAULT_STORE_URL, MemoryStore, RunRecord, SqliteStore, Store, open_store
-from ._threads import (
-    Message,
-    MessageThread,
-    QueuedMessage,
-    ThreadInfo,
-    ThreadStore,
-    ThreadStoreData,
+    RunResult,
+    RunStatus,
 )
 
 __version__ = "0.1.0"

@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from ._core._frame import current_frame, position_of
+from ._durable._journal import journal_of
 from ._errors import CheckpointError, InvalidArgumentError, RestoreSignal
-from ._frame import current_frame, position_of
-from ._journal import journal_of
-from ._records import Checkpoint
+from ._types import Checkpoint
 
 __all__ = ["MAX_RESTORES", "create_checkpoint", "get_checkpoint", "restore"]
 

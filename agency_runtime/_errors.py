@@ -47,8 +47,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._records import Checkpoint
-    from ._results import Interrupt, RunResult
+    from ._types import Checkpoint, Interrupt, RunResult
 
 __all__ = [
     "AgencyCancelledError",

@@ -1,6 +1,6 @@
 """The ``agency`` namespace: thin, typed wrappers over the current frame.
 
-Every member reads the current :class:`~agency_runtime._frame.Frame`. Strict readers raise
+Every member reads the current :class:`~agency_runtime._core._frame.Frame`. Strict readers raise
 :class:`OutsideFrameError` (naming the member and the fix) outside a frame; lax readers
 (``ctx_maybe``, ``callsite``, ``thread.store_maybe``, ``threads.current``) return ``None``.
 Every ``with_x(..., fn)`` takes a sync or async ``fn`` and returns an awaitable of its
@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
-from ._branches import run_root
+from ._boundary._resume import RunsNamespace, respond_to_interrupts, resume
+from ._boundary._run import run, run_sync
 from ._checkpoints import create_checkpoint, get_checkpoint, restore
-from ._context import AbortSignal, BranchState, RuntimeContext
-from ._entry import declare_entry
-from ._errors import InvalidArgumentError
-from ._frame import (
+from ._core._branches import run_root
+from ._core._context import AbortSignal, BranchState, RuntimeContext
+from ._core._frame import (
     CallsiteLocation,
     Frame,
     call_in_frame,
@@ -27,17 +27,8 @@ from ._frame import (
     current_frame_maybe,
     use_frame,
 )
-from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
-from ._interrupts import handler, interrupt, with_handler
-from ._litellm import start_preload
-from ._llm import llm
-from ._locks import lock, with_lock
-from ._memory import MemoryNamespace
-from ._money import usd_to_pico
-from ._recovery import RunsNamespace, respond_to_interrupts, resume
-from ._run import run, run_sync
-from ._scope import with_resumable_scope
-from ._threads import (
+from ._core._money import usd_to_pico
+from ._core._threads import (
     Message,
     MessageContent,
     MessageThread,
@@ -45,6 +36,15 @@ from ._threads import (
     ThreadStore,
     normalize_thread_id,
 )
+from ._durable._entries import declare_entry
+from ._errors import InvalidArgumentError
+from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
+from ._interrupts import handler, interrupt, with_handler
+from ._llm._chat import llm
+from ._llm._litellm import start_preload
+from ._locks import lock, with_lock
+from ._memory._agent import MemoryNamespace
+from ._scope import with_resumable_scope
 
 __all__ = ["Agency", "agency"]
 

@@ -24,12 +24,12 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
-from ._context import AbortSignal
+from ._core._context import AbortSignal
+from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
+from ._core._money import format_usd, pico_to_usd, usd_to_pico
+from ._core._threads import report_change, report_spend
+from ._durable._journal import journal_of
 from ._errors import GuardApproveError, GuardExceededError, InvalidArgumentError
-from ._frame import Frame, call_in_frame, current_frame, position_of, use_frame
-from ._journal import journal_of
-from ._money import format_usd, pico_to_usd, usd_to_pico
-from ._threads import report_change, report_spend
 
 __all__ = [
     "CostGuard",

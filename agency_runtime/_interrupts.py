@@ -23,6 +23,9 @@ import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
+from ._core._jsondata import check_text, json_problem
+from ._durable._journal import journal_of
 from ._errors import (
     AgencyError,
     HandlerRecursionError,
@@ -30,11 +33,7 @@ from ._errors import (
     NondeterminismError,
     RunPaused,
 )
-from ._frame import Frame, call_in_frame, current_frame, position_of, use_frame
-from ._journal import journal_of
-from ._jsondata import check_text, json_problem
-from ._records import InterruptResponse
-from ._results import Interrupt
+from ._types import Interrupt, InterruptResponse
 
 __all__ = [
     "MAX_HANDLER_DEPTH",
@@ -93,7 +92,7 @@ def interrupt_id(run_id: str, address: str, ordinal: int | str) -> str:
     """The deterministic id of the ``ordinal``-th interrupt at ``address`` of a run.
 
     ``ordinal`` is a plain number for the task that opened ``address``, a branch-qualified
-    token (``"2.0:0"``) for a concurrent branch (see :mod:`agency_runtime._branches`).
+    token (``"2.0:0"``) for a concurrent branch (see :mod:`agency_runtime._core._branches`).
     """
     digest = hashlib.blake2b(f"{run_id}\x00{address}\x00{ordinal}".encode(), digest_size=10)
     return f"intr_{digest.hexdigest()}"

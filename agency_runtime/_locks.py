@@ -31,11 +31,11 @@ from typing import Any, Literal, TypeVar, overload
 import anyio
 from anyio.lowlevel import RunVar
 
-from ._context import RuntimeContext
+from ._core._context import RuntimeContext
+from ._core._frame import Frame, call_in_frame, current_frame
+from ._durable._journal import journal_of
+from ._durable._leases import holder_is_dead, owner_id
 from ._errors import AgencyError, InvalidArgumentError, LockReentryError, LockTimeoutError
-from ._frame import Frame, call_in_frame, current_frame
-from ._journal import journal_of
-from ._owners import holder_is_dead, owner_id
 from ._store import Store, resolve_store
 
 __all__ = ["GLOBAL_LOCK_LEASE_SECONDS", "HeldLock", "LockScope", "lock", "with_lock"]

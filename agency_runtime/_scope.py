@@ -4,7 +4,7 @@
 ``await s.step(fn)`` either returns the journaled result of a step that already completed
 (without calling ``fn``) or runs ``fn`` and commits its result, the scope's locals, the
 thread messages it added and the spend it made in one transaction (through the one
-journaled-effect primitive, :mod:`agency_runtime._effects`).
+journaled-effect primitive, :mod:`agency_runtime._durable._effect`).
 
 Addressing: step ids are assigned when ``s.step`` is *called* (0, 1, 2, … per scope entry),
 so steps started together get ids in call order; completed steps are found by id, so
@@ -13,7 +13,7 @@ parent's address plus its name (``name~1``, ``name~2`` for repeated entries unde
 parent); a step's path is its scope's address plus its id (``outer/2/inner/0``). What a
 concurrent branch counts (its steps of a shared scope, the scopes it enters) is qualified
 by the branch's causal position (``outer/0.1:inner``, ``order/0.0:3``; see
-:mod:`agency_runtime._branches`), so addresses never depend on how branches interleave.
+:mod:`agency_runtime._core._branches`), so addresses never depend on how branches interleave.
 """
 
 from __future__ import annotations
@@ -27,18 +27,18 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
-from ._branches import at_base, qualify, tick
-from ._effects import perform, recorded, replay
-from ._entry import return_adapter
+from ._core._branches import at_base, qualify, tick
+from ._core._frame import Position, call_in_frame, current_frame, position_of, use_frame
+from ._core._jsondata import json_problem
+from ._durable._effect import perform, recorded, replay
+from ._durable._entries import return_adapter
+from ._durable._journal import RunJournal, journal_of
 from ._errors import (
     InvalidArgumentError,
     JournalCorruptError,
     NondeterminismError,
     StepResultError,
 )
-from ._frame import Position, call_in_frame, current_frame, position_of, use_frame
-from ._journal import RunJournal, journal_of
-from ._jsondata import json_problem
 
 __all__ = ["ResumableScope", "ResumableScopeOpts", "step_name", "with_resumable_scope"]
 

@@ -53,7 +53,9 @@ from typing import Any, Literal, TextIO, cast
 import anyio
 from pydantic_core import to_json, to_jsonable_python
 
-from ._entry import find_entry, import_app_modules
+from ._boundary._resume import MAX_LIST_LIMIT
+from ._core._money import PICO_PER_USD
+from ._durable._entries import find_entry, import_app_modules
 from ._errors import (
     AgencyError,
     InterruptAnswerError,
@@ -61,13 +63,10 @@ from ._errors import (
     StoreUnavailableError,
 )
 from ._facade import agency
-from ._litellm import add_import_notice
-from ._money import PICO_PER_USD
-from ._records import InterruptResponse, JournalEntry
-from ._recovery import MAX_LIST_LIMIT
-from ._results import Interrupt, RunResult, RunStatus
+from ._llm._litellm import add_import_notice
 from ._store import RunRecord, Store, resolve_store
 from ._store._url import DEFAULT_STORE_URL, _parse
+from ._types import Interrupt, InterruptResponse, JournalEntry, RunResult, RunStatus
 
 __all__ = ["build_parser", "main"]
 

@@ -29,7 +29,7 @@ import anyio
 
 from ._facade import agency
 from ._interrupts import approve
-from ._litellm import add_import_notice
+from ._llm._litellm import add_import_notice
 from ._scope import ResumableScope
 from ._store import DEFAULT_STORE_URL
 

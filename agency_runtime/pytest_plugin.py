@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from ._core._frame import Frame
 from ._facade import agency
-from ._frame import Frame
 from ._store import MemoryStore
 
 __all__ = ["agency_fake_model", "agency_frame", "agency_store"]

@@ -1,7 +1,7 @@
 """An offline fake LLM provider for tests, registered with litellm as ``fake/...``.
 
 Importing this module never imports litellm. It adds a load hook
-(:func:`agency_runtime._litellm.add_load_hook`), so the moment anything loads litellm the
+(:func:`agency_runtime._llm._litellm.add_load_hook`), so the moment anything loads litellm the
 ``fake`` provider is installed as a litellm custom provider; if litellm is loaded already,
 it is installed at once. After that, ``litellm.acompletion(model="fake/<name>", ...)`` (and
 ``agency.llm`` with ``model="fake/<name>"`` or ``AGENCY_MODEL=fake/<name>``) is answered
@@ -54,7 +54,7 @@ from typing import Any, Literal, get_args
 
 import anyio
 
-from ._litellm import add_load_hook, litellm_module
+from ._llm._litellm import add_load_hook, litellm_module
 
 __all__ = [
     "FAKE_PROVIDER",

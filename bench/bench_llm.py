@@ -28,7 +28,7 @@ import anyio
 
 import agency_runtime.testing  # noqa: F401 - registers the fake provider
 from agency_runtime import SqliteStore, agency
-from agency_runtime._litellm import load_litellm
+from agency_runtime._llm._litellm import load_litellm
 
 MODEL = "fake/echo"
 ROUNDS = 9

@@ -34,7 +34,7 @@ from pathlib import Path
 import anyio
 
 from agency_runtime import MemoryStore, SqliteStore, Store
-from agency_runtime._conversation_memory import ConversationMemory
+from agency_runtime._memory._conversation import ConversationMemory
 
 ITEMS = 10_000
 CONVERSATIONS = 100

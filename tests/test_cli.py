@@ -31,7 +31,7 @@ from agency_runtime import (
     agency,
     approve,
 )
-from agency_runtime._entry import find_entry
+from agency_runtime._durable._entries import find_entry
 from agency_runtime.cli import main
 
 # -- module-level entries (importable by module:qualname) ------------------------------------
@@ -781,7 +781,7 @@ async def test_resume_refuses_a_stored_os_system_entry(
         "subprocess:call",
         "shutil:rmtree",
         "pydantic_core:from_json",
-        "agency_runtime._entry:import_entry",  # our own module, but not a declared entry
+        "agency_runtime._durable._entries:import_entry",  # our own module, but not a declared entry
         "/nonexistent-app/evil.py:main",  # a script outside the working directory
         "tests.test_cli:_edit_row",  # never run here, never declared
     ],

@@ -12,21 +12,20 @@ expire takes the run over.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from .._records import (
+from .._types import (
     Checkpoint,
+    Claim,
     InterruptAnswer,
     InterruptResponse,
     Journal,
     JournalEntry,
     MemoryRecord,
+    RunRecord,
+    RunStatus,
 )
-from .._results import FINAL_STATUSES, ErrorInfo, Interrupt, RunStatus
 
 __all__ = [
     "Checkpoint",
@@ -40,92 +39,6 @@ __all__ = [
     "claim_decision",
     "query_terms",
 ]
-
-
-class RunRecord(BaseModel):
-    """A run as stored: identity, inputs, state, outcome, spend and lease."""
-
-    model_config = ConfigDict()
-
-    run_id: str
-    status: RunStatus
-    entry: str = Field(description="Where the entry lives, as 'module:qualname'.")
-    arguments: str = Field(description='The JSON {"args": [...], "kwargs": {...}} given.')
-    model: str | None = None
-    overrides: str | None = Field(
-        default=None, description="The JSON arguments a restore replaced them with, if any."
-    )
-    value: str | None = Field(default=None, description="The JSON of the entry's value.")
-    error: ErrorInfo | None = None
-    interrupts: list[Interrupt] = Field(default_factory=list)
-    cost_pico: int = Field(default=0, description="The run's spend when it last stopped.")
-    tokens: int = 0
-    unjournaled_pico: int = Field(
-        default=0,
-        description="Spend no committed step holds: made outside steps, or in steps since "
-        "rewound or forgotten. A run's spend is this plus the sum of its steps' own spend.",
-    )
-    unjournaled_tokens: int = 0
-    attempts: int = 0
-    version: int = 0
-    lease_owner: str | None = None
-    lease_expires_at: float | None = None
-    created_at: float = Field(default_factory=time.time)
-    started_at: float | None = None
-    finished_at: float | None = None
-    updated_at: float = Field(default_factory=time.time)
-
-    @property
-    def is_final(self) -> bool:
-        """Whether the run can no longer change (completed or cancelled)."""
-        return self.status in FINAL_STATUSES
-
-    def fork_as(self, new_run_id: str, *, cost_pico: int = 0, tokens: int = 0) -> RunRecord:
-        """A copy of this run under ``new_run_id``: paused, unclaimed, with no outcome yet.
-
-        ``cost_pico`` and ``tokens``: the spend of the journal prefix the fork keeps.
-        """
-        now = time.time()
-        return self.model_copy(
-            update={
-                "run_id": new_run_id,
-                "status": "paused",
-                "cost_pico": cost_pico,
-                "tokens": tokens,
-                "unjournaled_pico": 0,
-                "unjournaled_tokens": 0,
-                "value": None,
-                "error": None,
-                "interrupts": [],
-                "attempts": 0,
-                "version": 1,
-                "lease_owner": None,
-                "lease_expires_at": None,
-                "created_at": now,
-                "started_at": None,
-                "finished_at": None,
-                "updated_at": now,
-            },
-            deep=True,
-        )
-
-    def lease_alive(self, now: float) -> bool:
-        """Whether a running run's holder still holds an unexpired lease."""
-        return (
-            self.status == "running"
-            and self.lease_expires_at is not None
-            and self.lease_expires_at > now
-        )
-
-
-class Claim(BaseModel):
-    """The answer to :meth:`Store.claim_run`."""
-
-    model_config = ConfigDict()
-
-    acquired: bool = Field(description="True when the caller now holds the run's lease.")
-    created: bool = Field(description="True when the run did not exist before this claim.")
-    record: RunRecord = Field(description="The run as it is after the claim.")
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)

@@ -8,15 +8,15 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from .._errors import RunNotFoundError
-from .._records import (
+from .._types import (
     Checkpoint,
     InterruptAnswer,
     InterruptResponse,
     Journal,
     JournalEntry,
     MemoryRecord,
+    RunStatus,
 )
-from .._results import RunStatus
 from ._base import Claim, RunRecord, claim_decision, query_terms
 
 __all__ = ["MemoryStore"]

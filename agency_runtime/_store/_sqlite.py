@@ -26,15 +26,17 @@ from .._errors import (
     StoreSchemaError,
     StoreUnavailableError,
 )
-from .._records import (
+from .._types import (
     Checkpoint,
+    ErrorInfo,
+    Interrupt,
     InterruptAnswer,
     InterruptResponse,
     Journal,
     JournalEntry,
     MemoryRecord,
+    RunStatus,
 )
-from .._results import ErrorInfo, Interrupt, RunStatus
 from ._base import Claim, RunRecord, claim_decision, query_terms
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]

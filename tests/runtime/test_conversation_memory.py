@@ -22,7 +22,7 @@ from agency_runtime import (
     agency,
     open_store,
 )
-from agency_runtime._conversation_memory import (
+from agency_runtime._memory._conversation import (
     PURGE_INTERVAL_SECONDS,
     ConversationMemory,
     MemoryItem,
@@ -396,7 +396,7 @@ def test_bad_constructor_arguments_raise() -> None:
 
 
 def test_a_bare_string_tag_error_says_how_to_fix_it() -> None:
-    from agency_runtime._conversation_memory import _check_tags
+    from agency_runtime._memory._conversation import _check_tags
 
     with pytest.raises(InvalidArgumentError, match=r"\['conv-A'\]"):
         _check_tags("conv-A", "tags")

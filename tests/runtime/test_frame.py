@@ -216,7 +216,7 @@ def test_global_reads_the_frames_globals_not_the_contexts() -> None:
     ctx = RuntimeContext(globals={"": {"x": "run"}})
     with agency.test_context(ctx=ctx) as frame:
         branch = frame.evolve(globals={"": {"x": "branch"}})
-        from agency_runtime._frame import use_frame
+        from agency_runtime._core._frame import use_frame
 
         with use_frame(branch):
             assert agency.global_("x") == "branch"

@@ -31,7 +31,7 @@ from agency_runtime import (
     approve,
     reject,
 )
-from agency_runtime._frame import current_frame
+from agency_runtime._core._frame import current_frame
 from agency_runtime.testing import FakeModel
 
 pytestmark = pytest.mark.anyio

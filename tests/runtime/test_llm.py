@@ -13,7 +13,7 @@ import anyio
 import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-import agency_runtime._llm as llm_module
+import agency_runtime._llm._chat as llm_module
 from agency_runtime import (
     AgencyError,
     GuardExceededError,
@@ -24,7 +24,7 @@ from agency_runtime import (
     agency,
     approve,
 )
-from agency_runtime._litellm import litellm_module, load_litellm
+from agency_runtime._llm._litellm import litellm_module, load_litellm
 from agency_runtime.testing import FakeModel, FakeRequest
 
 pytestmark = pytest.mark.anyio

@@ -37,9 +37,9 @@ from agency_runtime import (
     Store,
     StoreError,
     _locks,
-    _owners,
     agency,
 )
+from agency_runtime._durable import _leases
 from agency_runtime._locks import lock, with_lock
 
 pytestmark = pytest.mark.anyio
@@ -499,7 +499,7 @@ async def test_global_lock_outside_a_run_needs_a_store(tmp_path: Path) -> None:
         store = SqliteStore(tmp_path / "g.db")
         async with lock("x", scope="global", store=store) as held:
             assert held.scope == "global"
-            assert held.owner == f"{_owners.HOST}:{os.getpid()}:{anyio.get_current_task().id}"
+            assert held.owner == f"{_leases.HOST}:{os.getpid()}:{anyio.get_current_task().id}"
         assert await with_lock("x", lambda: 7, scope="global", store="memory://locks") == 7
         store.close()
 
@@ -591,7 +591,7 @@ async def test_global_timeout_and_cancellation_free_the_ticket(
     messages = [r.getMessage() for r in caplog.records if r.name == "agency_runtime.locks"]
     assert messages == [
         "Still waiting for lock 'x' after 0.02s (waiter "
-        f"{_owners.HOST}:{os.getpid()}:{anyio.get_current_task().id}, current owner holder)"
+        f"{_leases.HOST}:{os.getpid()}:{anyio.get_current_task().id}, current owner holder)"
     ]
 
 

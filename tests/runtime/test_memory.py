@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 import pytest
 
-import agency_runtime._llm as llm_module
-import agency_runtime._memory as memory_module
+import agency_runtime._llm._chat as llm_module
+import agency_runtime._memory._agent as memory_module
 from agency_runtime import (
     AgencyError,
     GuardExceededError,
@@ -35,8 +35,8 @@ from agency_runtime import (
     approve,
     reject,
 )
-from agency_runtime._journal import journal_of
-from agency_runtime._memory import (
+from agency_runtime._durable._journal import journal_of
+from agency_runtime._memory._agent import (
     EmbeddingIndex,
     Extraction,
     Graph,
@@ -786,7 +786,7 @@ async def test_a_failing_embedding_search_is_skipped(
 
 
 async def test_embed_calls_litellm_and_bills_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agency_runtime._litellm import load_litellm
+    from agency_runtime._llm._litellm import load_litellm
 
     litellm = await load_litellm()
 

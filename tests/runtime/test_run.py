@@ -25,7 +25,7 @@ from agency_runtime import (
     SqliteStore,
     agency,
 )
-from agency_runtime import _run as run_module
+from agency_runtime._boundary import _run as run_module
 
 pytestmark = pytest.mark.anyio
 

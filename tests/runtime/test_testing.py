@@ -19,7 +19,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from agency_runtime import testing
-from agency_runtime._litellm import load_litellm
+from agency_runtime._llm._litellm import load_litellm
 from agency_runtime.testing import (
     FAKE_PROVIDER,
     FakeModel,
@@ -64,7 +64,7 @@ def test_import_is_cheap_and_installs_on_load() -> None:
         assert not t.fake_provider_installed()
         t.FakeModel("early", replies=["one two"], input_cost_per_token=0.5,
                     output_cost_per_token=0.25).register()
-        from agency_runtime._litellm import load_litellm_sync
+        from agency_runtime._llm._litellm import load_litellm_sync
         litellm = load_litellm_sync()
         assert t.fake_provider_installed()
         r = litellm.completion(model="fake/early", messages=[{"role": "user", "content": "a b"}],

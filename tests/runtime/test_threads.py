@@ -15,7 +15,7 @@ from agency_runtime import (
     QueuedMessage,
     ThreadStore,
 )
-from agency_runtime._threads import normalize_thread_id
+from agency_runtime._core._threads import normalize_thread_id
 
 # -- Message -------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from agency_runtime import ConversationMemory, InvalidArgumentError, MemoryStore, SaveReceipt
-from agency_runtime._conversation_memory import MemoryItem
+from agency_runtime._memory._conversation import MemoryItem
 from turn_kit._errors import TurnKitError, TurnMemoryError
 from turn_kit._history import (
     TurnHistoryEntry,

@@ -28,21 +28,21 @@ import anyio
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
 
-from ._branches import qualify
-from ._context import AbortSignal
-from ._effects import RECORDED_FAILURES, journaled
-from ._errors import (
+from .._core._branches import qualify
+from .._core._context import AbortSignal
+from .._core._frame import Frame, current_frame, position_of
+from .._core._threads import MessageContent, MessageThread
+from .._durable._effect import RECORDED_FAILURES, journaled
+from .._durable._journal import journal_of
+from .._errors import (
     AgencyCancelledError,
     AgencyError,
     InvalidArgumentError,
     LLMCallError,
     StructuredOutputError,
 )
-from ._frame import Frame, current_frame, position_of
-from ._guards import charge, gate
-from ._journal import journal_of
+from .._guards import charge, gate
 from ._litellm import load_litellm
-from ._threads import MessageContent, MessageThread
 
 __all__ = ["DEFAULT_TIMEOUT", "llm"]
 
@@ -261,7 +261,7 @@ def _errors_of(exc: Exception) -> list[str]:
 
 async def _spend(response: Any, model: str) -> tuple[int, int]:
     """The call's cost (pico-dollars; 0 when litellm has no price) and total tokens."""
-    from ._money import usd_to_pico
+    from .._core._money import usd_to_pico
 
     usage = getattr(response, "usage", None)
     tokens = int(getattr(usage, "total_tokens", 0) or 0)

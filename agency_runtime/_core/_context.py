@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from ._errors import AgencyCancelledError, InvalidArgumentError
+from .._errors import AgencyCancelledError, InvalidArgumentError
 from ._money import pico_to_usd, usd_to_pico
 
 __all__ = ["AbortSignal", "BranchState", "RuntimeContext"]

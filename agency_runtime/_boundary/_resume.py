@@ -10,25 +10,24 @@ from typing import Any, get_args
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
-from ._entry import (
+from .._durable._entries import (
     decode_arguments,
     find_entry,
     known_entry,
     remember_entry,
     remembered_entry,
 )
-from ._errors import (
+from .._durable._journal import paused_journals
+from .._errors import (
     EntryImportError,
     InterruptAnswerError,
     InvalidArgumentError,
     RunNotFoundError,
 )
-from ._interrupts import HandlerDecision
-from ._journal import paused_journals
-from ._records import InterruptResponse, JournalEntry
-from ._results import Interrupt, RunResult, RunStatus
+from .._interrupts import HandlerDecision
+from .._store import RunRecord, Store, resolve_store
+from .._types import Interrupt, InterruptResponse, JournalEntry, RunResult, RunStatus
 from ._run import _result_from_record, drive
-from ._store import RunRecord, Store, resolve_store
 
 __all__ = ["MAX_LIST_LIMIT", "RunsNamespace", "respond_to_interrupts", "resume"]
 
@@ -50,8 +49,8 @@ async def _continue(store: Store, record: RunRecord) -> RunResult:
     """Run ``record`` again from its journal with its stored entry and arguments.
 
     The entry must be one the application declared or this process ran
-    (:func:`~agency_runtime._entry.find_entry`); else :class:`EntryNotAllowedError` is raised
-    and nothing runs.
+    (:func:`~agency_runtime._durable._entries.find_entry`); else
+    :class:`EntryNotAllowedError` is raised and nothing runs.
     """
     entry = find_entry(record.run_id, record.entry)
     try:

@@ -12,12 +12,18 @@ from collections import OrderedDict, defaultdict
 
 from pydantic_core import from_json
 
-from ._branches import qualify, tick
-from ._context import RuntimeContext
-from ._errors import AgencyCancelledError, JournalCorruptError
-from ._records import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
-from ._results import Interrupt
-from ._store import Store
+from .._core._branches import qualify, tick
+from .._core._context import RuntimeContext
+from .._errors import AgencyCancelledError, JournalCorruptError
+from .._store import Store
+from .._types import (
+    Checkpoint,
+    Interrupt,
+    InterruptAnswer,
+    InterruptResponse,
+    Journal,
+    JournalEntry,
+)
 
 __all__ = ["RunJournal", "journal_of", "paused_journals"]
 
@@ -131,7 +137,7 @@ class RunJournal:
 
     def ordinal(self, address: str, kind: str, branch: str = "") -> int:
         """The next ordinal of ``kind`` (scope, interrupt, checkpoint, …) at ``address``,
-        counted apart for each concurrent ``branch`` (see :mod:`agency_runtime._branches`)."""
+        counted apart for each concurrent ``branch`` (see :mod:`agency_runtime._core._branches`)."""
         key = (address, branch, kind)
         value = self._counters[key]
         self._counters[key] = value + 1
@@ -142,7 +148,7 @@ class RunJournal:
 
         Returns the task's branch there (``""`` for the task that opened ``address``) and
         the event's ordinal within that branch, so neither depends on how concurrent
-        branches interleave (see :mod:`agency_runtime._branches`).
+        branches interleave (see :mod:`agency_runtime._core._branches`).
         """
         branch = tick(address)
         return branch, self.ordinal(address, kind, branch)

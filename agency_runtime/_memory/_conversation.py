@@ -35,12 +35,12 @@ from datetime import UTC, datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from ._errors import AgencyError, InvalidArgumentError, StoreError
-from ._frame import current_frame_maybe, position_of
-from ._journal import journal_of
-from ._records import MemoryRecord
-from ._store import Store
-from ._store._url import resolve_store
+from .._core._frame import current_frame_maybe, position_of
+from .._durable._journal import journal_of
+from .._errors import AgencyError, InvalidArgumentError, StoreError
+from .._store import Store
+from .._store._url import resolve_store
+from .._types import MemoryRecord
 
 __all__ = ["ConversationMemory", "MemoryItem", "SaveReceipt"]
 

@@ -44,25 +44,32 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._branches import qualify
-from ._context import RuntimeContext
-from ._effects import journaled
-from ._errors import (
+from .._core._branches import qualify
+from .._core._context import RuntimeContext
+from .._core._frame import (
+    Frame,
+    Position,
+    current_frame,
+    current_frame_maybe,
+    position_of,
+    use_frame,
+)
+from .._durable._effect import journaled
+from .._durable._journal import journal_of
+from .._errors import (
     AgencyError,
     InvalidArgumentError,
     LLMCallError,
     StoreError,
     StructuredOutputError,
 )
-from ._frame import Frame, Position, current_frame, current_frame_maybe, position_of, use_frame
-from ._guards import charge
-from ._journal import journal_of
-from ._litellm import load_litellm
-from ._llm import DEFAULT_TIMEOUT, _spend, llm
-from ._locks import lock as named_lock
-from ._records import MemoryRecord
-from ._store import MemoryStore, Store
-from ._store._base import query_terms
+from .._guards import charge
+from .._llm._chat import DEFAULT_TIMEOUT, _spend, llm
+from .._llm._litellm import load_litellm
+from .._locks import lock as named_lock
+from .._store import MemoryStore, Store
+from .._store._base import query_terms
+from .._types import MemoryRecord
 
 __all__ = [
     "DEFAULT_MEMORY_ID",

@@ -22,9 +22,13 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
-from ._branches import run_root
-from ._context import BranchState, RuntimeContext
-from ._entry import (
+from .._core._branches import run_root
+from .._core._context import BranchState, RuntimeContext
+from .._core._frame import Frame, call_in_frame
+from .._core._jsondata import check_text
+from .._core._money import pico_to_usd
+from .._core._threads import CHANGES, Recorder, ThreadStore
+from .._durable._entries import (
     check_entry,
     decode_arguments,
     diff_arguments,
@@ -38,7 +42,9 @@ from ._entry import (
     revive_value,
     stored_globals,
 )
-from ._errors import (
+from .._durable._journal import RunJournal, paused_journals
+from .._durable._leases import holder_is_dead, owner_id
+from .._errors import (
     AgencyCancelledError,
     AgencyError,
     InvalidArgumentError,
@@ -47,14 +53,8 @@ from ._errors import (
     RunInterruptedError,
     RunPaused,
 )
-from ._frame import Frame, call_in_frame
-from ._journal import RunJournal, paused_journals
-from ._jsondata import check_text
-from ._money import pico_to_usd
-from ._owners import holder_is_dead, owner_id
-from ._results import ErrorInfo, Interrupt, RunResult, RunStatus
-from ._store import RunRecord, Store, resolve_store
-from ._threads import CHANGES, Recorder, ThreadStore
+from .._store import RunRecord, Store, resolve_store
+from .._types import ErrorInfo, Interrupt, RunResult, RunStatus
 
 __all__ = ["drive", "run", "run_sync"]
 

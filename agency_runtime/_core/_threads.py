@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from .._errors import InvalidArgumentError
 from ._branches import tick
-from ._errors import InvalidArgumentError
 from ._jsondata import check_text
 
 __all__ = [
@@ -273,7 +273,7 @@ class _Registry:
     """The threads of one run, shared by every :class:`ThreadStore` view over them.
 
     Thread ids are counted like everything else a run counts (see
-    :mod:`agency_runtime._branches`): the run's own task numbers its threads ``"0"``,
+    :mod:`agency_runtime._core._branches`): the run's own task numbers its threads ``"0"``,
     ``"1"``, …; a concurrent branch numbers its own, qualified by its name (``"0.1:0"``), so
     a replay hands each branch the threads it had, however the branches interleave.
     """

@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
-from ._errors import (
+from .._core._jsondata import json_problem
+from .._errors import (
     AgencyError,
     EntryImportError,
     EntryNotAllowedError,
@@ -39,7 +40,6 @@ from ._errors import (
     JournalCorruptError,
     ResultSerializationError,
 )
-from ._jsondata import json_problem
 
 __all__ = [
     "declare_entry",

@@ -99,7 +99,7 @@ def check_text(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        from ._errors import InvalidArgumentError
+        from .._errors import InvalidArgumentError
 
         bad = text[exc.start : exc.end]
         raise InvalidArgumentError(

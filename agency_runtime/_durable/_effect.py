@@ -26,18 +26,18 @@ from typing import Any, TypeVar
 
 from pydantic_core import from_json, to_json
 
-from ._branches import close_base, open_base
-from ._errors import (
+from .._core._branches import close_base, open_base
+from .._core._frame import _FRAME, Frame
+from .._core._threads import CHANGES, THREAD_CHANGE_KINDS, Recorder, ThreadChange, report_change
+from .._errors import (
     JournalCorruptError,
     LLMCallError,
     NondeterminismError,
     StructuredOutputError,
 )
-from ._frame import _FRAME, Frame
-from ._guards import apply_grant, charge_guards, find_guard
+from .._guards import apply_grant, charge_guards, find_guard
+from .._types import JournalEntry
 from ._journal import RunJournal, journal_of
-from ._records import JournalEntry
-from ._threads import CHANGES, THREAD_CHANGE_KINDS, Recorder, ThreadChange, report_change
 
 __all__ = ["journaled", "perform", "recorded", "replay", "replay_changes", "same_name"]
 

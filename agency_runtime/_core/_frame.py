@@ -16,8 +16,8 @@ from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from .._errors import OutsideFrameError
 from ._context import BranchState, RuntimeContext
-from ._errors import OutsideFrameError
 from ._threads import ThreadStore
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from ._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError
 
 PICO_PER_USD = 10**12
 

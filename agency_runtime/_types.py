@@ -1,0 +1,341 @@
+"""Every shape a run persists or returns: one module, pydantic models all.
+
+* what a run returns: :class:`RunResult`, :class:`ErrorInfo`, :class:`Interrupt`;
+* the journal: :class:`JournalEntry` (a committed step), :class:`InterruptAnswer`,
+  :class:`InterruptResponse`, :class:`Checkpoint` and the loaded :class:`Journal`;
+* a run as stored: :class:`RunRecord`, and a claim on it, :class:`Claim`;
+* conversation memory as stored: :class:`MemoryRecord`.
+
+Every journal event of a run has a position, ``seq``, increasing in the order events were
+written. Rewinding to a checkpoint deletes every event after the checkpoint's position.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._errors import RunFailedError, RunPausedError
+
+__all__ = [
+    "FINAL_STATUSES",
+    "Checkpoint",
+    "Claim",
+    "ErrorInfo",
+    "Interrupt",
+    "InterruptAnswer",
+    "InterruptResponse",
+    "Journal",
+    "JournalEntry",
+    "MemoryRecord",
+    "RunRecord",
+    "RunResult",
+    "RunStatus",
+]
+
+RunStatus = Literal["running", "completed", "paused", "failed", "cancelled"]
+"""A run's state. ``completed`` and ``cancelled`` are final; the others can continue."""
+
+FINAL_STATUSES: frozenset[str] = frozenset({"completed", "cancelled"})
+
+
+class ErrorInfo(BaseModel):
+    """The JSON form of an exception that ended a run."""
+
+    model_config = ConfigDict()
+
+    type: str
+    message: str
+    module: str | None = None
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        """Describe ``exc`` by its class name, message and defining module."""
+        kind = type(exc)
+        return cls(type=kind.__qualname__, message=str(exc), module=kind.__module__)
+
+
+class Interrupt(BaseModel):
+    """A question a run asks a human (or a handler) before it can go on.
+
+    Interrupt ids are deterministic: derived from the run id and the call site, so a resumed
+    run matches each answer to the call that asked it.
+    """
+
+    model_config = ConfigDict()
+
+    interrupt_id: str
+    effect: str = "unknown"
+    message: str = ""
+    data: Any = None
+    origin: str = ""
+    run_id: str | None = None
+    expects_value: bool = False
+    checkpoint_id: str | None = None
+
+
+class RunResult(BaseModel):
+    """The outcome of ``agency.run``: status, value or error, interrupts, spend and timings.
+
+    ``exception`` holds the original exception object in the process that ran the entry; it
+    is never stored (``error`` is its JSON form).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    run_id: str
+    status: RunStatus
+    value: Any = None
+    interrupts: list[Interrupt] = Field(default_factory=list)
+    cost: float = 0.0
+    tokens: int = 0
+    error: ErrorInfo | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    duration: float | None = Field(
+        default=None, description="Seconds the last execution of the entry took."
+    )
+    replayed: bool = Field(
+        default=False,
+        description="True when this result was read from the store instead of executed now.",
+    )
+    exception: BaseException | None = Field(default=None, exclude=True, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run completed."""
+        return self.status == "completed"
+
+    def unwrap(self) -> Any:
+        """The run's value; raises :class:`RunPausedError` or :class:`RunFailedError` otherwise.
+
+        A failed run's original exception (when this process ran it) is chained as the cause.
+        """
+        if self.status == "completed":
+            return self.value
+        if self.status == "paused":
+            raise RunPausedError(self)
+        raise RunFailedError(self) from self.exception
+
+
+class InterruptResponse(BaseModel):
+    """An answer to an interrupt: approve or reject, with an optional value."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["approve", "reject"]
+    value: Any = None
+
+    @property
+    def approved(self) -> bool:
+        """Whether the answer is an approval."""
+        return self.type == "approve"
+
+
+class JournalEntry(BaseModel):
+    """One completed step (or journaled call), committed with everything it changed."""
+
+    model_config = ConfigDict()
+
+    run_id: str
+    seq: int = Field(description="Position in the run's journal.")
+    path: str = Field(description="The step's address, e.g. 'order/2' or 'outer/1/inner/0'.")
+    name: str = Field(description="The step's name (name= or the callable's qualified name).")
+    callsite: str = Field(default="", description="Where s.step was called, as 'file:line'.")
+    result: str = Field(description="The JSON of the step's result.")
+    locals: str | None = Field(default=None, description="The JSON of the scope's locals.")
+    scopes: str | None = Field(
+        default=None, description="The JSON [[parent, ordinal, name], ...] of enclosing scopes."
+    )
+    deltas: str | None = Field(
+        default=None,
+        description="The JSON list of changes the step made (threads, spend, guard grants).",
+    )
+    error: str | None = Field(
+        default=None,
+        description="The JSON of the failure the step recorded (an LLM call that failed); "
+        "replaying the step raises it again.",
+    )
+    cost_pico: int = Field(
+        default=0,
+        description="The spend the step made itself, in pico-dollars (journaled calls nested "
+        "in it commit their own).",
+    )
+    tokens: int = Field(default=0, description="The tokens the step billed itself.")
+    created_at: float = Field(default_factory=time.time)
+
+    @classmethod
+    def from_row(cls, values: dict[str, Any]) -> JournalEntry:
+        """Build an entry from trusted values (every field given), skipping validation.
+
+        Stores use it to load thousands of rows: it does what ``model_construct`` does for a
+        complete set of fields, an order of magnitude faster. Values that turn out to be
+        damaged are reported when the step is replayed.
+        """
+        entry = cls.__new__(cls)
+        object.__setattr__(entry, "__dict__", values)
+        object.__setattr__(entry, "__pydantic_fields_set__", set(_ENTRY_FIELDS))
+        object.__setattr__(entry, "__pydantic_extra__", None)
+        object.__setattr__(entry, "__pydantic_private__", None)
+        return entry
+
+
+_ENTRY_FIELDS: frozenset[str] = frozenset(JournalEntry.model_fields)
+
+
+class InterruptAnswer(BaseModel):
+    """An interrupt a run paused on, and its answer once given."""
+
+    model_config = ConfigDict()
+
+    run_id: str
+    seq: int
+    interrupt: Interrupt
+    response: InterruptResponse | None = None
+    answered_at: float | None = None
+
+
+class Checkpoint(BaseModel):
+    """A run's state at one point: journal position, threads, globals and spend."""
+
+    model_config = ConfigDict()
+
+    checkpoint_id: str
+    run_id: str | None
+    seq: int = Field(description="The journal position the checkpoint rewinds to.")
+    label: str | None = None
+    module_id: str = ""
+    scope_name: str = ""
+    step_path: str = ""
+    threads: str = Field(default="{}", description="The JSON of the run's ThreadStore.")
+    globals: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    locals: dict[str, Any] = Field(default_factory=dict)
+    cost: float = 0.0
+    tokens: int = 0
+    pinned: bool = False
+    restores: int = Field(default=0, description="How many times the run was restored to it.")
+    created_at: float = Field(default_factory=time.time)
+
+
+class Journal(BaseModel):
+    """Everything stored about a run's progress, as loaded to resume it."""
+
+    model_config = ConfigDict()
+
+    entries: list[JournalEntry] = Field(default_factory=list)
+    answers: list[InterruptAnswer] = Field(default_factory=list)
+    checkpoints: list[Checkpoint] = Field(default_factory=list)
+
+    @property
+    def last_seq(self) -> int:
+        """The highest position used so far (0 for an empty journal)."""
+        return max(
+            [0]
+            + [e.seq for e in self.entries]
+            + [a.seq for a in self.answers]
+            + [c.seq for c in self.checkpoints]
+        )
+
+
+class MemoryRecord(BaseModel):
+    """One remembered item of conversation memory, as stored."""
+
+    model_config = ConfigDict()
+
+    id: str
+    namespace: str
+    content: str
+    tags: list[str] = Field(default_factory=list)
+    scope: str = "workspace"
+    created_at: float = Field(default_factory=time.time)
+    expires_at: float | None = None
+
+
+class RunRecord(BaseModel):
+    """A run as stored: identity, inputs, state, outcome, spend and lease."""
+
+    model_config = ConfigDict()
+
+    run_id: str
+    status: RunStatus
+    entry: str = Field(description="Where the entry lives, as 'module:qualname'.")
+    arguments: str = Field(description='The JSON {"args": [...], "kwargs": {...}} given.')
+    model: str | None = None
+    overrides: str | None = Field(
+        default=None, description="The JSON arguments a restore replaced them with, if any."
+    )
+    value: str | None = Field(default=None, description="The JSON of the entry's value.")
+    error: ErrorInfo | None = None
+    interrupts: list[Interrupt] = Field(default_factory=list)
+    cost_pico: int = Field(default=0, description="The run's spend when it last stopped.")
+    tokens: int = 0
+    unjournaled_pico: int = Field(
+        default=0,
+        description="Spend no committed step holds: made outside steps, or in steps since "
+        "rewound or forgotten. A run's spend is this plus the sum of its steps' own spend.",
+    )
+    unjournaled_tokens: int = 0
+    attempts: int = 0
+    version: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    created_at: float = Field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    updated_at: float = Field(default_factory=time.time)
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the run can no longer change (completed or cancelled)."""
+        return self.status in FINAL_STATUSES
+
+    def fork_as(self, new_run_id: str, *, cost_pico: int = 0, tokens: int = 0) -> RunRecord:
+        """A copy of this run under ``new_run_id``: paused, unclaimed, with no outcome yet.
+
+        ``cost_pico`` and ``tokens``: the spend of the journal prefix the fork keeps.
+        """
+        now = time.time()
+        return self.model_copy(
+            update={
+                "run_id": new_run_id,
+                "status": "paused",
+                "cost_pico": cost_pico,
+                "tokens": tokens,
+                "unjournaled_pico": 0,
+                "unjournaled_tokens": 0,
+                "value": None,
+                "error": None,
+                "interrupts": [],
+                "attempts": 0,
+                "version": 1,
+                "lease_owner": None,
+                "lease_expires_at": None,
+                "created_at": now,
+                "started_at": None,
+                "finished_at": None,
+                "updated_at": now,
+            },
+            deep=True,
+        )
+
+    def lease_alive(self, now: float) -> bool:
+        """Whether a running run's holder still holds an unexpired lease."""
+        return (
+            self.status == "running"
+            and self.lease_expires_at is not None
+            and self.lease_expires_at > now
+        )
+
+
+class Claim(BaseModel):
+    """The answer to :meth:`Store.claim_run`."""
+
+    model_config = ConfigDict()
+
+    acquired: bool = Field(description="True when the caller now holds the run's lease.")
+    created: bool = Field(description="True when the run did not exist before this claim.")
+    record: RunRecord = Field(description="The run as it is after the claim.")
