@@ -5,7 +5,8 @@ re-exported here. Importing this package is cheap: litellm is imported lazily, o
 LLM call.
 """
 
-from ._core._context import AbortSignal, BranchState, RuntimeContext
+from ._core._cancel import AbortSignal
+from ._core._context import BranchState, RuntimeContext
 from ._core._frame import CallsiteLocation, Frame
 from ._core._threads import (
     Message,

@@ -52,7 +52,7 @@ async def create_checkpoint(label: str | None = None, *, pinned: bool = False) -
         step_path=step_path,
         threads=frame.threads.to_json(),
         globals=globals_copy,
-        locals=dict(scope._locals) if scope is not None else {},
+        locals=dict(scope.locals) if scope is not None else {},
         cost=frame.ctx.cost,
         tokens=frame.ctx.tokens,
         pinned=pinned,

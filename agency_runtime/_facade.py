@@ -18,7 +18,8 @@ from ._boundary._resume import RunsNamespace, respond_to_interrupts, resume
 from ._boundary._run import run, run_sync
 from ._checkpoints import create_checkpoint, get_checkpoint, restore
 from ._core._branches import run_root
-from ._core._context import AbortSignal, BranchState, RuntimeContext
+from ._core._cancel import AbortSignal
+from ._core._context import BranchState, RuntimeContext
 from ._core._frame import (
     CallsiteLocation,
     Frame,

@@ -24,10 +24,10 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
-from ._core._context import AbortSignal
+from ._core._cancel import AbortSignal
+from ._core._changes import report_change, report_spend
 from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._core._money import format_usd, pico_to_usd, usd_to_pico
-from ._core._threads import report_change, report_spend
 from ._durable._journal import journal_of
 from ._errors import GuardApproveError, GuardExceededError, InvalidArgumentError
 
@@ -221,7 +221,7 @@ async def gate(frame: Frame) -> None:
     from ._interrupts import ask  # the interrupt layer sits beside guards, not below them
 
     for guard in reversed(frame.stack.guards):
-        if not guard.over():
+        if not isinstance(guard, CostGuard | TimeGuard) or not guard.over():
             continue
         error = guard.error()
         name = f'guard "{guard.label}"' if guard.label else f"the {guard.type} guard"
@@ -291,8 +291,10 @@ def with_cost_guard(
 async def cost_guard(max_usd: float, *, label: str | None = None) -> AsyncIterator[CostGuard]:
     """``async with agency.cost_guard(0.50):`` — the context-manager form of a cost guard."""
     frame = _install_cost(max_usd, label, "cost_guard()")
+    guard = frame.stack.guards[-1]
+    assert isinstance(guard, CostGuard)
     with use_frame(frame):
-        yield frame.stack.guards[-1]
+        yield guard
 
 
 def _check_seconds(seconds: float, member: str) -> float:

@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeVar, overload
 import anyio
 from anyio.lowlevel import RunVar
 
-from ._core._context import RuntimeContext
+from ._core._context import RuntimeContext, Slot
 from ._core._frame import Frame, call_in_frame, current_frame
 from ._durable._journal import journal_of
 from ._durable._leases import holder_is_dead, owner_id
@@ -45,6 +45,9 @@ T = TypeVar("T")
 LockScope = Literal["run", "global"]
 
 logger = logging.getLogger("agency_runtime.locks")
+
+RUN_LOCKS: Slot[dict[str, _RunLock]] = Slot("locks")
+"""The run's named locks, by name (made on the first lock the run takes)."""
 
 GLOBAL_LOCK_LEASE_SECONDS = 30.0
 """How long a global lock's ticket stays valid without renewal (renewed every third of it).
@@ -308,9 +311,7 @@ class _RunLock:
 
 
 async def _acquire_run(ctx: RuntimeContext, request: _Request, owner: str) -> _RunLock:
-    registry: dict[str, _RunLock] | None = ctx.locks
-    if registry is None:
-        registry = ctx.locks = {}
+    registry = ctx.ensure(RUN_LOCKS, dict)
     run_lock = registry.get(request.name)
     if run_lock is None:
         run_lock = registry[request.name] = _RunLock(request.name, registry)

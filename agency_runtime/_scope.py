@@ -28,7 +28,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._core._branches import at_base, qualify, tick
-from ._core._frame import Position, call_in_frame, current_frame, position_of, use_frame
+from ._core._frame import (
+    Position,
+    ScopeState,
+    call_in_frame,
+    current_frame,
+    position_of,
+    use_frame,
+)
 from ._core._jsondata import json_problem
 from ._durable._effect import perform, recorded, replay
 from ._durable._entries import return_adapter
@@ -150,15 +157,14 @@ class ResumableScope:
     """The handle a scope body gets: ``step``, ``get_local``, ``set_local``, ``halt``."""
 
     __slots__ = (
-        "_chain",
         "_halt_value",
         "_halted",
         "_journal",
-        "_locals",
         "_next_id",
         "address",
         "module_id",
         "name",
+        "state",
     )
 
     def __init__(
@@ -172,16 +178,16 @@ class ResumableScope:
         self.name = name
         self.address = address
         self.module_id = module_id
+        self.state = ScopeState(name, address, chain)
+        """What code inside the scope sees of it (its chain and locals)."""
         self._journal = journal
-        self._chain = chain
         self._next_id = 0
         self._halted = False
         self._halt_value: Any = None
-        self._locals: dict[str, Any] = {}
         recorded_locals = journal.scope_locals.get(address)
         if recorded_locals is not None:
             try:
-                self._locals = dict(from_json(recorded_locals))
+                self.state.locals = dict(from_json(recorded_locals))
             except (ValueError, TypeError) as exc:
                 raise JournalCorruptError(
                     f"the journal of run {journal.run_id!r} holds unreadable locals for scope "
@@ -247,7 +253,7 @@ class ResumableScope:
     ) -> Any:
         frame = current_frame("ResumableScope.step()")
         step_frame = frame.evolve(
-            callsite=(self.module_id, self.name, index), scope=Position(self, path)
+            callsite=(self.module_id, self.name, index), position=Position(self.state, path)
         )
         adapter = return_adapter(fn, returns)
 
@@ -278,8 +284,8 @@ class ResumableScope:
 
         def fields() -> dict[str, Any]:
             return {
-                "locals": to_json(self._locals).decode() if self._locals else None,
-                "scopes": to_json(self._chain).decode(),
+                "locals": to_json(locals_).decode() if (locals_ := self.state.locals) else None,
+                "scopes": to_json(self.state.chain).decode(),
             }
 
         return await perform(
@@ -291,7 +297,7 @@ class ResumableScope:
 
     def get_local(self, key: str, default: Any = None) -> Any:
         """A scope local (journaled with every step, so it survives resume)."""
-        return self._locals.get(key, default)
+        return self.state.locals.get(key, default)
 
     def set_local(self, key: str, value: Any) -> None:
         """Set a scope local; it must be JSON data, since it is journaled."""
@@ -308,7 +314,7 @@ class ResumableScope:
             raise InvalidArgumentError(
                 f"local {key!r} of scope {self.name!r} cannot be journaled as JSON ({exc})"
             ) from exc
-        self._locals[key] = value
+        self.state.locals[key] = value
 
     def halt(self, result: Any = None) -> None:
         """Finish the scope with ``result``: later steps return ``None`` without running.
@@ -370,12 +376,12 @@ async def with_resumable_scope(
             f"the saved state of {recorded_name!r} (scope #{key} under "
             f"{parent or 'the run root'!r}). The code changed under an in-flight run."
         )
-    chain = (position.scope._chain if position.scope is not None else ()) + (
+    chain = (position.scope.chain if position.scope is not None else ()) + (
         (parent, key, options.name),
     )
     scope = ResumableScope(options.name, address, options.module_id, journal, chain)
     inner = frame.evolve(
-        callsite=(options.module_id, options.name, ""), scope=Position(scope, address)
+        callsite=(options.module_id, options.name, ""), position=Position(scope.state, address)
     )
     with at_base(address):
         if options.pin_result_checkpoint:

@@ -23,11 +23,12 @@ import anyio
 from pydantic import ValidationError
 
 from .._core._branches import run_root
+from .._core._changes import CHANGES, Recorder
 from .._core._context import BranchState, RuntimeContext
 from .._core._frame import Frame, call_in_frame
 from .._core._jsondata import check_text
 from .._core._money import pico_to_usd
-from .._core._threads import CHANGES, Recorder, ThreadStore
+from .._core._threads import ThreadStore
 from .._durable._entries import (
     check_entry,
     decode_arguments,
@@ -42,7 +43,7 @@ from .._durable._entries import (
     revive_value,
     stored_globals,
 )
-from .._durable._journal import RunJournal, paused_journals
+from .._durable._journal import JOURNAL, RunJournal, paused_journals
 from .._durable._leases import holder_is_dead, owner_id
 from .._errors import (
     AgencyCancelledError,
@@ -381,7 +382,7 @@ async def _open_journal(
         pico=sum(e.cost_pico for e in entries) + record.unjournaled_pico,
         tokens=sum(e.tokens for e in entries) + record.unjournaled_tokens,
     )
-    ctx.journal = journal
+    ctx.put(JOURNAL, journal)
     return journal
 
 

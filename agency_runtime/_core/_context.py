@@ -1,171 +1,92 @@
-"""The run context, the per-branch state and the abort signal.
+"""The run context and the per-branch state.
 
-:class:`RuntimeContext` is shared by every frame of one run: run id, spend, tokens,
-globals, cancellation. :class:`BranchState` belongs to one branch of execution (the TS
-"state stack"): guards, handlers and the branch's abort signal. It is immutable; pushing a
-guard or handler makes a new one, carried by a new frame.
+:class:`RuntimeContext` is shared by every frame of one run: run id, model, store, clock,
+spend, tokens, globals, cancellation, and the typed state features keep per run
+(:class:`Slot`). :class:`BranchState` belongs to one branch of execution (the TS "state
+stack"): guards, handlers and the branch's abort signal. It is immutable; pushing a guard or
+handler makes a new one, carried by a new frame.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-import anyio
-
-from .._errors import AgencyCancelledError, InvalidArgumentError
+from .._clock import SYSTEM_CLOCK, Clock
+from .._errors import AgencyCancelledError, GuardExceededError, InvalidArgumentError
+from ._cancel import AbortSignal
 from ._money import pico_to_usd, usd_to_pico
 
-__all__ = ["AbortSignal", "BranchState", "RuntimeContext"]
+if TYPE_CHECKING:
+    from .._store import Store
+    from .._types import Interrupt
+
+__all__ = ["BranchState", "GuardLike", "RuntimeContext", "Slot"]
+
+T = TypeVar("T")
 
 
-class AbortSignal:
-    """A one-shot cancellation flag that code can poll, await or subscribe to.
+class Slot(Generic[T]):
+    """A typed key for state a feature keeps per run (``ctx.get(SLOT)``, ``ctx.put(...)``).
 
-    A signal made with a ``parent`` fires when the parent fires, so a branch's signal
-    follows the run's. Firing is idempotent: the first reason wins.
+    The feature that owns the state defines the slot, so the context knows nothing of it and
+    still hands back the right type.
     """
 
-    __slots__ = (
-        "_aborted",
-        "_callbacks",
-        "_deadline",
-        "_event",
-        "_expire",
-        "_lock",
-        "_parent",
-        "_reason",
-    )
+    __slots__ = ("name",)
 
-    def __init__(self, parent: AbortSignal | None = None) -> None:
-        self._aborted = False
-        self._reason: BaseException | None = None
-        self._callbacks: list[Callable[[BaseException], None]] = []
-        self._event: anyio.Event | None = None
-        self._lock = threading.Lock()
-        self._parent = parent
-        self._deadline: float | None = None
-        self._expire: Callable[[], BaseException] | None = None
-        if parent is not None:
-            parent.add_callback(self.abort)
-
-    def set_deadline(self, deadline: float, expire: Callable[[], BaseException]) -> None:
-        """Fire at ``deadline`` (``time.monotonic()`` seconds) with the reason ``expire()``.
-
-        The signal fires when it is next looked at after the deadline (``aborted``,
-        ``reason``, ``raise_if_aborted``, ``wait``): no timer thread is involved.
-        """
-        self._deadline = deadline
-        self._expire = expire
-
-    def _next_deadline(self) -> float | None:
-        deadlines = []
-        signal: AbortSignal | None = self
-        while signal is not None:
-            if signal._deadline is not None:
-                deadlines.append(signal._deadline)
-            signal = signal._parent
-        return min(deadlines) if deadlines else None
-
-    @property
-    def aborted(self) -> bool:
-        """Whether the signal has fired (a passed deadline or a fired parent fires it now)."""
-        if self._aborted:
-            return True
-        if self._deadline is not None and time.monotonic() >= self._deadline:
-            self.abort(self._expire() if self._expire is not None else None)
-            return True
-        parent = self._parent
-        if parent is not None and parent.aborted:
-            self.abort(parent.reason)
-            return True
-        return False
-
-    @property
-    def reason(self) -> BaseException | None:
-        """The exception describing why the signal fired, or ``None`` while it has not."""
-        return self._reason if self.aborted else None
-
-    def abort(self, reason: BaseException | None = None) -> None:
-        """Fire the signal (idempotent). ``reason`` defaults to ``AgencyCancelledError``."""
-        with self._lock:
-            if self._aborted:
-                return
-            self._aborted = True
-            self._reason = reason if reason is not None else AgencyCancelledError()
-            callbacks, self._callbacks = self._callbacks, []
-            event = self._event
-        if event is not None:
-            event.set()
-        for callback in callbacks:
-            callback(self._reason)
-
-    def add_callback(self, callback: Callable[[BaseException], None]) -> Callable[[], None]:
-        """Call ``callback(reason)`` when the signal fires (at once if it already has).
-
-        Returns a function that unsubscribes the callback.
-        """
-        with self._lock:
-            if not self._aborted:
-                self._callbacks.append(callback)
-                return lambda: self._remove(callback)
-        assert self._reason is not None
-        callback(self._reason)
-        return lambda: None
-
-    def _remove(self, callback: Callable[[BaseException], None]) -> None:
-        with self._lock:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
-
-    def raise_if_aborted(self) -> None:
-        """Raise the abort reason if the signal has fired; do nothing otherwise."""
-        if self.aborted:
-            assert self._reason is not None
-            raise self._reason
-
-    async def wait(self) -> BaseException:
-        """Wait until the signal fires and return its reason."""
-        while not self.aborted:
-            with self._lock:
-                if self._event is None:
-                    self._event = anyio.Event()
-                event = self._event
-            deadline = self._next_deadline()
-            if deadline is None:
-                await event.wait()
-            else:
-                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
-                    await event.wait()
-        assert self._reason is not None
-        return self._reason
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def __repr__(self) -> str:
-        state = f"aborted reason={self._reason!r}" if self._aborted else "pending"
-        return f"<AbortSignal {state}>"
+        return f"<Slot {self.name}>"
+
+
+class GuardLike(Protocol):
+    """What a branch's guard offers whoever walks the branch's guards."""
+
+    @property
+    def guard_id(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def label(self) -> str | None: ...
+
+    @property
+    def handlers_at_install(self) -> int: ...
+
+    def over(self) -> bool: ...
+
+    def error(self) -> GuardExceededError: ...
+
+
+Handler = Callable[["Interrupt"], Any]
+"""An interrupt handler (see :mod:`agency_runtime._interrupts`)."""
 
 
 class RuntimeContext:
-    """What every frame of one run shares: its id, its spend, its globals, cancellation.
+    """What every frame of one run shares: its id, store, clock, spend, globals, cancellation.
 
     Cost is kept exactly (integer pico-dollars) and only ever grows; :attr:`cost` reports
-    it in US dollars.
+    it in US dollars. ``store`` is the run's store (resolved once, when the run starts;
+    ``None`` in a test frame); ``clock`` the time every part of the run reads.
     """
 
     __slots__ = (
         "_cost_pico",
         "_lock",
+        "_state",
         "_tokens",
         "abort_signal",
+        "clock",
         "globals",
-        "journal",
-        "locks",
-        "memory",
         "model",
         "run_id",
+        "store",
         "subprocess_depth",
     )
 
@@ -178,6 +99,8 @@ class RuntimeContext:
         subprocess_depth: int = 0,
         cost: float = 0.0,
         tokens: int = 0,
+        store: Store | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if subprocess_depth < 0:
             raise InvalidArgumentError(
@@ -187,16 +110,35 @@ class RuntimeContext:
             raise InvalidArgumentError(f"tokens must be 0 or more, got {tokens}")
         self.run_id = run_id
         self.model = model
+        self.store = store
+        self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.globals: dict[str, dict[str, Any]] = globals if globals is not None else {}
         self.subprocess_depth = subprocess_depth
-        self.abort_signal = AbortSignal()
-        self.journal: Any = None  # the run's RunJournal, set by the run boundary
-        self.locks: Any = None  # the run's named locks (agency_runtime._locks), made lazily
-        self.memory: Any = None  # the run's agency.memory state (agency_runtime._memory), lazily
+        self.abort_signal = AbortSignal(clock=self.clock)
+        self._state: dict[Slot[Any], object] = {}
         self._cost_pico = usd_to_pico(cost, what="cost")
         self._tokens = tokens
         self._lock = threading.Lock()
 
+    # -- feature state -----------------------------------------------------------------------
+
+    def get(self, slot: Slot[T]) -> T | None:
+        """The run's state for ``slot``, or ``None`` when the feature keeps none yet."""
+        return cast("T | None", self._state.get(slot))
+
+    def put(self, slot: Slot[T], value: T) -> T:
+        """Keep ``value`` as the run's state for ``slot``; return it."""
+        self._state[slot] = value
+        return value
+
+    def ensure(self, slot: Slot[T], make: Callable[[], T]) -> T:
+        """The run's state for ``slot``, made with ``make()`` the first time it is asked."""
+        state = self._state.get(slot)
+        if state is None:
+            state = self._state[slot] = make()
+        return cast("T", state)
+
+    # -- spend -------------------------------------------------------------------------------
     @property
     def cost(self) -> float:
         """Total spend of the run so far, in US dollars."""
@@ -251,15 +193,15 @@ class BranchState:
     """
 
     abort_signal: AbortSignal = field(default_factory=AbortSignal)
-    guards: tuple[Any, ...] = ()
-    handlers: tuple[Any, ...] = ()
+    guards: tuple[GuardLike, ...] = ()
+    handlers: tuple[Handler, ...] = ()
     handler_depth: int = 0
     """How many interrupt handlers are running around this branch (0 outside any)."""
 
     @classmethod
     def for_context(cls, ctx: RuntimeContext) -> BranchState:
         """The root branch of a run: its abort signal follows ``ctx.cancel()``."""
-        return cls(abort_signal=AbortSignal(parent=ctx.abort_signal))
+        return cls(abort_signal=AbortSignal(parent=ctx.abort_signal, clock=ctx.clock))
 
     def evolve(self, **changes: Any) -> BranchState:
         """Return a copy with ``changes`` applied."""

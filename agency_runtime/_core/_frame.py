@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -24,6 +25,7 @@ __all__ = [
     "CallsiteLocation",
     "Frame",
     "Position",
+    "ScopeState",
     "current_frame",
     "current_frame_maybe",
     "position_of",
@@ -56,14 +58,14 @@ class Frame:
     Immutable; :meth:`evolve` returns a modified copy.
     """
 
-    __slots__ = ("callsite", "ctx", "globals", "scope", "stack", "threads")
+    __slots__ = ("callsite", "ctx", "globals", "position", "stack", "threads")
 
     ctx: RuntimeContext
     stack: BranchState
     threads: ThreadStore
     globals: dict[str, dict[str, Any]]
     callsite: Callsite | None
-    scope: Any
+    position: Position
 
     def __init__(
         self,
@@ -72,7 +74,7 @@ class Frame:
         threads: ThreadStore,
         globals: dict[str, dict[str, Any]] | None = None,
         callsite: Callsite | None = None,
-        scope: Any = None,
+        position: Position | None = None,
     ) -> None:
         set_ = object.__setattr__
         set_(self, "ctx", ctx)
@@ -80,7 +82,7 @@ class Frame:
         set_(self, "threads", threads)
         set_(self, "globals", ctx.globals if globals is None else globals)
         set_(self, "callsite", callsite)
-        set_(self, "scope", scope)
+        set_(self, "position", ROOT if position is None else position)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Frame is immutable; use frame.evolve(...) to derive a new one")
@@ -102,6 +104,21 @@ class Frame:
         return f"<Frame run_id={self.ctx.run_id!r} callsite={self.callsite!r}>"
 
 
+@dataclass(slots=True)
+class ScopeState:
+    """What a resumable scope shares with the code running inside it.
+
+    ``chain`` names the scope and its ancestors as journaled with every step
+    (``(parent address, ordinal, name)`` each); ``locals`` are the scope's locals
+    (``s.set_local``), which checkpoints capture.
+    """
+
+    name: str
+    address: str
+    chain: tuple[tuple[str, int | str, str], ...]
+    locals: dict[str, Any] = field(default_factory=dict)
+
+
 class Position(NamedTuple):
     """Where a frame is inside the scope tree: the scope (if any) and the address.
 
@@ -109,7 +126,7 @@ class Position(NamedTuple):
     and a step's path inside the step (``"order/2"``).
     """
 
-    scope: Any
+    scope: ScopeState | None
     address: str
 
 
@@ -118,8 +135,7 @@ ROOT = Position(None, "")
 
 def position_of(frame: Frame) -> Position:
     """The frame's position (the run root when it has none)."""
-    scope = frame.scope
-    return scope if isinstance(scope, Position) else ROOT
+    return frame.position
 
 
 _FRAME: ContextVar[Frame | None] = ContextVar("agency_frame", default=None)

@@ -13,22 +13,20 @@ Everything round-trips through JSON (:meth:`ThreadStore.to_json` /
 from __future__ import annotations
 
 import re
-from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .._errors import InvalidArgumentError
 from ._branches import tick
+from ._changes import Change, recording, report_change
 from ._jsondata import check_text
 
 __all__ = [
-    "CHANGES",
     "Message",
     "MessageContent",
     "MessageThread",
     "QueuedMessage",
-    "Recorder",
     "ThreadInfo",
     "ThreadStore",
     "ThreadStoreData",
@@ -40,63 +38,8 @@ MessageContent = str | list[dict[str, Any]]
 """Text, or a list of provider content parts (``{"type": "text", ...}``, images, …)."""
 
 
-ThreadChange = list[Any]
-"""One change a journaled step made to the run's state, as JSON data: thread changes
-(``["new", id, parent_id, label, hidden, messages]``, ``["push", id, message]``,
-``["queue", id, queued]``, ``["take", id]``), spend (``["cost", pico, tokens]``) and guard
-grants (``["grant", guard_id, pico, seconds, disarm]``)."""
-
-
-class Recorder:
-    """What one executing journaled unit (a step, an LLM call, …) collects.
-
-    ``changes`` are replayed when the unit is replayed instead of run (``None`` for a run's
-    root, which keeps none: it is never replayed); ``pico`` and ``tokens`` are the spend made
-    in the unit itself, not in journaled units nested in it (those commit their own).
-    """
-
-    __slots__ = ("changes", "pico", "tokens")
-
-    def __init__(self, *, keep: bool = True) -> None:
-        self.changes: list[ThreadChange] | None = [] if keep else None
-        self.pico = 0
-        self.tokens = 0
-
-    def absorb(self, inner: Recorder, *, spend: bool) -> None:
-        """Take over ``inner``'s changes (and, with ``spend``, its uncommitted spend)."""
-        if self.changes is not None and inner.changes:
-            self.changes.extend(inner.changes)
-        if spend:
-            self.pico += inner.pico
-            self.tokens += inner.tokens
-
-
-CHANGES: ContextVar[Recorder | None] = ContextVar("agency_changes", default=None)
-"""The recorder of the journaled unit that is running (``None``: nobody listens)."""
-
-
 THREAD_CHANGE_KINDS = frozenset({"new", "push", "queue", "take"})
-
-
-def recording() -> bool:
-    """Whether a running journaled unit keeps the changes reported now."""
-    recorder = CHANGES.get()
-    return recorder is not None and recorder.changes is not None
-
-
-def report_change(change: ThreadChange) -> None:
-    """Report a change to the journaled unit that is running, if any."""
-    recorder = CHANGES.get()
-    if recorder is not None and recorder.changes is not None:
-        recorder.changes.append(change)
-
-
-def report_spend(pico: int, tokens: int) -> None:
-    """Count spend as made by the journaled unit that is running (or the run's root)."""
-    recorder = CHANGES.get()
-    if recorder is not None:
-        recorder.pico += pico
-        recorder.tokens += tokens
+"""The changes a thread reports (``apply_change`` replays them)."""
 
 
 class Message(BaseModel):
@@ -464,7 +407,7 @@ class ThreadStore:
         self.ensure(active_id)
         return self.view(active_id)
 
-    def apply_change(self, change: ThreadChange) -> None:
+    def apply_change(self, change: Change) -> None:
         """Apply one thread change recorded by a journaled step (see :data:`CHANGES`).
 
         Raises ``ValueError``/``KeyError`` for a change this store cannot apply.

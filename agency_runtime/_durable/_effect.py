@@ -27,8 +27,9 @@ from typing import Any, TypeVar
 from pydantic_core import from_json, to_json
 
 from .._core._branches import close_base, open_base
+from .._core._changes import CHANGES, Change, Recorder, report_change
 from .._core._frame import _FRAME, Frame
-from .._core._threads import CHANGES, THREAD_CHANGE_KINDS, Recorder, ThreadChange, report_change
+from .._core._threads import THREAD_CHANGE_KINDS
 from .._errors import (
     JournalCorruptError,
     LLMCallError,
@@ -71,7 +72,7 @@ def _failure_from(text: str) -> Exception:
     raise ValueError(f"unknown recorded failure {kind!r}")
 
 
-def replay_changes(frame: Frame, changes: list[ThreadChange]) -> None:
+def replay_changes(frame: Frame, changes: list[Change]) -> None:
     """Apply recorded changes in ``frame`` and report them to an enclosing running unit.
 
     The run's own spend is not charged again: the run starts from the spend its committed

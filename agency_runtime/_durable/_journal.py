@@ -13,7 +13,7 @@ from collections import OrderedDict, defaultdict
 from pydantic_core import from_json
 
 from .._core._branches import qualify, tick
-from .._core._context import RuntimeContext
+from .._core._context import RuntimeContext, Slot
 from .._errors import AgencyCancelledError, JournalCorruptError
 from .._store import Store
 from .._types import (
@@ -25,7 +25,7 @@ from .._types import (
     JournalEntry,
 )
 
-__all__ = ["RunJournal", "journal_of", "paused_journals"]
+__all__ = ["JOURNAL", "RunJournal", "journal_of", "paused_journals"]
 
 
 class RunJournal:
@@ -302,10 +302,10 @@ paused_journals = _PausedJournals()
 """The process-wide cache of paused runs' journals."""
 
 
+JOURNAL: Slot[RunJournal] = Slot("journal")
+"""The run's journal, kept on its context (set by the run boundary)."""
+
+
 def journal_of(ctx: RuntimeContext) -> RunJournal:
     """The journal of ``ctx``'s run (an in-memory one is made for test frames)."""
-    journal = ctx.journal
-    if journal is None:
-        journal = ctx.journal = RunJournal(ctx.run_id)
-    assert isinstance(journal, RunJournal)
-    return journal
+    return ctx.ensure(JOURNAL, lambda: RunJournal(ctx.run_id))

@@ -20,8 +20,6 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -29,13 +27,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
 
 from .._core._branches import qualify
-from .._core._context import AbortSignal
+from .._core._cancel import abort_reason, cancelled_by
 from .._core._frame import Frame, current_frame, position_of
 from .._core._threads import MessageContent, MessageThread
 from .._durable._effect import RECORDED_FAILURES, journaled
 from .._durable._journal import journal_of
 from .._errors import (
-    AgencyCancelledError,
     AgencyError,
     InvalidArgumentError,
     LLMCallError,
@@ -281,16 +278,6 @@ async def _spend(response: Any, model: str) -> tuple[int, int]:
     return usd_to_pico(float(cost)), tokens
 
 
-@contextmanager
-def _cancelled_by(signal: AbortSignal) -> Iterator[anyio.CancelScope]:
-    with anyio.CancelScope() as scope:
-        unsubscribe = signal.add_callback(lambda _reason: scope.cancel())
-        try:
-            yield scope
-        finally:
-            unsubscribe()
-
-
 def _transient(litellm: Any) -> tuple[type[BaseException], ...]:
     names = (
         "Timeout",
@@ -338,10 +325,10 @@ async def _request(
     for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
         signal.raise_if_aborted()
         try:
-            with _cancelled_by(signal) as scope:
+            with cancelled_by(signal) as scope:
                 response = await litellm.acompletion(**kwargs)
             if scope.cancelled_caught:
-                raise _abort_reason(signal)
+                raise abort_reason(signal)
             return response
         except transient as exc:
             if attempt == TRANSIENT_ATTEMPTS:
@@ -351,10 +338,10 @@ async def _request(
                     attempts=attempt,
                 ) from exc
             logger.info("transient error from %r (attempt %d): %s", model, attempt, exc)
-            with _cancelled_by(signal) as scope:
+            with cancelled_by(signal) as scope:
                 await anyio.sleep(delay)
             if scope.cancelled_caught:
-                raise _abort_reason(signal) from exc
+                raise abort_reason(signal) from exc
             delay = min(delay * 2, BACKOFF_CAP)
         except (AgencyError, anyio.get_cancelled_exc_class()):
             raise
@@ -365,11 +352,6 @@ async def _request(
                 attempts=attempt,
             ) from exc
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _abort_reason(signal: AbortSignal) -> BaseException:
-    reason = signal.reason
-    return reason if reason is not None else AgencyCancelledError()
 
 
 def _supports_schema(litellm: Any, model: str) -> bool:

@@ -45,7 +45,7 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._core._branches import qualify
-from .._core._context import RuntimeContext
+from .._core._context import RuntimeContext, Slot
 from .._core._frame import (
     Frame,
     Position,
@@ -379,12 +379,12 @@ class MemoryState:
         return self._lock
 
 
+MEMORY_STATE: Slot[MemoryState] = Slot("memory")
+"""The run's ``agency.memory`` state (made on its first use)."""
+
+
 def _state(ctx: RuntimeContext) -> MemoryState:
-    state = ctx.memory
-    if state is None:
-        state = ctx.memory = MemoryState()
-    if not isinstance(state, MemoryState):
-        raise AgencyError(f"RuntimeContext.memory holds {type(state).__name__}, not memory state")
+    state = ctx.ensure(MEMORY_STATE, MemoryState)
     # A restore runs the entry again from its start in the same context: the entry enables
     # memory again, so the frames start over.
     execution = journal_of(ctx).execution
@@ -1128,7 +1128,7 @@ async def _journaled(
     branch, ordinal = journal.count(position.address, "memory")
     segment = qualify(branch, f"memory#{ordinal}")
     path = f"{position.address}/{segment}" if position.address else segment
-    inner = frame.evolve(scope=Position(position.scope, path))
+    inner = frame.evolve(position=Position(position.scope, path))
 
     async def run() -> str | None:
         with use_frame(inner):

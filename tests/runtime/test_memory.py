@@ -138,8 +138,9 @@ def brain() -> Iterator[tuple[FakeModel, Script]]:
 
 
 def state_of(ctx: RuntimeContext) -> MemoryState:
-    assert isinstance(ctx.memory, MemoryState)
-    return ctx.memory
+    state = ctx.get(memory_module.MEMORY_STATE)
+    assert isinstance(state, MemoryState)
+    return state
 
 
 async def graph_in(store: Store, memory_id: str = "default") -> Graph:

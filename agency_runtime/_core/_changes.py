@@ -1,0 +1,78 @@
+"""The change log: what a running journaled unit changed, reported as it happens.
+
+While a journaled unit (a step, an LLM call, a memory operation) runs, the code it calls
+reports what it changes — thread messages, spend, guard grants — into the unit's
+:class:`Recorder`, found through a ``ContextVar`` (child tasks share their unit's). The
+durable layer (:mod:`agency_runtime._durable`) opens a recorder per unit, commits what it
+collected with the unit's outcome, and replays it when the unit is replayed instead of run.
+Features only report; they never write journal rows.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+__all__ = [
+    "CHANGES",
+    "Change",
+    "Recorder",
+    "recording",
+    "report_change",
+    "report_spend",
+]
+
+Change = list[Any]
+"""One change a journaled step made to the run's state, as JSON data: thread changes
+(``["new", id, parent_id, label, hidden, messages]``, ``["push", id, message]``,
+``["queue", id, queued]``, ``["take", id]``), spend (``["cost", pico, tokens]``) and guard
+grants (``["grant", guard_id, pico, seconds, disarm]``)."""
+
+
+class Recorder:
+    """What one executing journaled unit (a step, an LLM call, …) collects.
+
+    ``changes`` are replayed when the unit is replayed instead of run (``None`` for a run's
+    root, which keeps none: it is never replayed); ``pico`` and ``tokens`` are the spend made
+    in the unit itself, not in journaled units nested in it (those commit their own).
+    """
+
+    __slots__ = ("changes", "pico", "tokens")
+
+    def __init__(self, *, keep: bool = True) -> None:
+        self.changes: list[Change] | None = [] if keep else None
+        self.pico = 0
+        self.tokens = 0
+
+    def absorb(self, inner: Recorder, *, spend: bool) -> None:
+        """Take over ``inner``'s changes (and, with ``spend``, its uncommitted spend)."""
+        if self.changes is not None and inner.changes:
+            self.changes.extend(inner.changes)
+        if spend:
+            self.pico += inner.pico
+            self.tokens += inner.tokens
+
+
+CHANGES: ContextVar[Recorder | None] = ContextVar("agency_changes", default=None)
+"""The recorder of the journaled unit that is running (``None``: nobody listens)."""
+
+
+def recording() -> bool:
+    """Whether a running journaled unit keeps the changes reported now."""
+    recorder = CHANGES.get()
+    return recorder is not None and recorder.changes is not None
+
+
+def report_change(change: Change) -> None:
+    """Report a change to the journaled unit that is running, if any."""
+    recorder = CHANGES.get()
+    if recorder is not None and recorder.changes is not None:
+        recorder.changes.append(change)
+
+
+def report_spend(pico: int, tokens: int) -> None:
+    """Count spend as made by the journaled unit that is running (or the run's root)."""
+    recorder = CHANGES.get()
+    if recorder is not None:
+        recorder.pico += pico
+        recorder.tokens += tokens
