@@ -51,8 +51,7 @@ from ._facade import Agency, agency
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
 from ._locks import HeldLock
-from ._memory._agent import MemoryConfig
-from ._memory._conversation import ConversationMemory, MemoryItem, SaveReceipt
+from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
 from ._scope import ResumableScope, ResumableScopeOpts
 from ._store import DEFAULT_STORE_URL, MemoryStore, RunRecord, SqliteStore, Store, open_store
 from ._types import (

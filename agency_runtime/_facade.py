@@ -14,8 +14,10 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
-from ._boundary._resume import RunsNamespace, respond_to_interrupts, resume
+from ._boundary._admin import RunsNamespace
+from ._boundary._resume import respond_to_interrupts, resume
 from ._boundary._run import run, run_sync
+from ._boundary._runtime import RUNTIME
 from ._checkpoints import create_checkpoint, get_checkpoint, restore
 from ._core._branches import run_root
 from ._core._cancel import AbortSignal
@@ -37,14 +39,13 @@ from ._core._threads import (
     ThreadStore,
     normalize_thread_id,
 )
-from ._durable._entries import declare_entry
 from ._errors import InvalidArgumentError
 from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
 from ._interrupts import handler, interrupt, with_handler
 from ._llm._chat import llm
 from ._llm._litellm import start_preload
 from ._locks import lock, with_lock
-from ._memory._agent import MemoryNamespace
+from ._memory import MemoryNamespace
 from ._scope import with_resumable_scope
 
 __all__ = ["Agency", "agency"]
@@ -186,14 +187,14 @@ class Agency:
         if fn is None:
 
             def declare(target: F) -> F:
-                return declare_entry(target, name=name)
+                return RUNTIME.entries.declare(target, name=name)
 
             return declare
-        return declare_entry(fn, name=name)
+        return RUNTIME.entries.declare(fn, name=name)
 
     def register_entry(self, fn: F, name: str | None = None) -> F:
         """Declare ``fn`` as a run entry without a decorator (see :meth:`entry`); returns it."""
-        return declare_entry(fn, name=name)
+        return RUNTIME.entries.declare(fn, name=name)
 
     def preload(self, *, wait: bool = False) -> None:
         """Start importing litellm in a background thread now (it takes seconds).

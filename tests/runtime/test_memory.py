@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import agency_runtime._llm._chat as llm_module
-import agency_runtime._memory._agent as memory_module
+import agency_runtime._memory._embeddings as embeddings_module
 from agency_runtime import (
     AgencyError,
     GuardExceededError,
@@ -36,15 +36,16 @@ from agency_runtime import (
     reject,
 )
 from agency_runtime._durable._journal import journal_of
-from agency_runtime._memory._agent import (
+from agency_runtime._memory import (
+    MEMORY_STATE,
     EmbeddingIndex,
     Extraction,
     Graph,
     MemoryConfig,
     MemoryNamespace,
     MemoryState,
-    _apply_extraction,
 )
+from agency_runtime._memory._merge import _apply_extraction
 from agency_runtime.testing import FakeModel, FakeRequest
 
 pytestmark = pytest.mark.anyio
@@ -138,7 +139,7 @@ def brain() -> Iterator[tuple[FakeModel, Script]]:
 
 
 def state_of(ctx: RuntimeContext) -> MemoryState:
-    state = ctx.get(memory_module.MEMORY_STATE)
+    state = ctx.get(MEMORY_STATE)
     assert isinstance(state, MemoryState)
     return state
 
@@ -728,7 +729,7 @@ async def test_embeddings_rank_by_cosine_similarity(
     script.extractions["animals"] = ANIMALS
     script.extractions["Tom grew"] = extraction(ent("Tom", "animal", "is a big cat"))
     embedder = FakeEmbedder()
-    monkeypatch.setattr(memory_module, "embed", embedder)
+    monkeypatch.setattr(embeddings_module, "embed", embedder)
     with agency.test_context(RuntimeContext(model=fake.model)) as frame:
         memory.enable({"embeddings_model": "fake-embed", "llm_filter": False})
         await memory.remember("animals")
@@ -777,7 +778,7 @@ async def test_a_failing_embedding_search_is_skipped(
     script.extractions["animals"] = ANIMALS
     embedder = FakeEmbedder()
     embedder.fail = True
-    monkeypatch.setattr(memory_module, "embed", embedder)
+    monkeypatch.setattr(embeddings_module, "embed", embedder)
     with agency.test_context(RuntimeContext(model=fake.model)):
         memory.enable({"embeddings_model": "fake-embed", "llm_filter": False})
         await memory.remember("animals")
@@ -805,7 +806,7 @@ async def test_embed_calls_litellm_and_bills_the_run(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(litellm, "aembedding", aembedding)
     with agency.test_context() as frame:
-        vectors = await memory_module.embed(["a", "b"], "some/embedder")
+        vectors = await embeddings_module.embed(["a", "b"], "some/embedder")
         assert vectors == [[1.0, 0.0], [0.0, 1.0]]
         assert frame.ctx.cost == pytest.approx(0.25)
         assert frame.ctx.tokens == 7
