@@ -10,14 +10,16 @@ from typing import ClassVar
 from .._errors import RunNotFoundError
 from .._types import (
     Checkpoint,
+    Claim,
     InterruptAnswer,
     InterruptResponse,
     Journal,
     JournalEntry,
     MemoryRecord,
+    RunRecord,
     RunStatus,
 )
-from ._base import Claim, RunRecord, claim_decision, query_terms
+from ._rules import bm25_scores, claim_decision, query_terms, text_tokens
 
 __all__ = ["MemoryStore"]
 
@@ -316,14 +318,15 @@ class MemoryStore:
         now: float,
     ) -> list[MemoryRecord]:
         with self._lock:
-            items = [
-                item
-                for item in (self._memories or {}).values()
-                if item.namespace == namespace
-                and (item.expires_at is None or item.expires_at > now)
-                and (scope is None or item.scope == scope)
-                and all(tag in item.tags for tag in tags)
-            ]
+            everything = list((self._memories or {}).values())
+        items = [
+            item
+            for item in everything
+            if item.namespace == namespace
+            and (item.expires_at is None or item.expires_at > now)
+            and (scope is None or item.scope == scope)
+            and all(tag in item.tags for tag in tags)
+        ]
         # Items are kept in save order, so the position breaks ties: the later save is newer.
         order = {id(item): position for position, item in enumerate(items)}
 
@@ -331,10 +334,16 @@ class MemoryStore:
             return (item.created_at, order[id(item)])
 
         terms = query_terms(query)
-        scored = [(sum(term in set(query_terms(i.content)) for term in terms), i) for i in items]
-        matched = [(score, item) for score, item in scored if score > 0]
-        if matched:
-            matched.sort(key=lambda pair: (pair[0], newest(pair[1])), reverse=True)
+        matched: list[tuple[float, MemoryRecord]] = []
+        if terms:
+            tokens = {id(item): text_tokens(item.content) for item in everything}
+            candidates = [i for i in items if any(t in tokens[id(i)] for t in terms)]
+            scores = bm25_scores(
+                terms, [tokens[id(i)] for i in candidates], list(tokens.values())
+            )
+            matched = list(zip(scores, candidates, strict=True))
+        if matched:  # the best bm25 first (lower is better), then the newest: as SQLite orders
+            matched.sort(key=lambda pair: (pair[0], [-x for x in newest(pair[1])]))
             chosen = [item for _, item in matched[:limit]]
         else:
             chosen = sorted(items, key=newest, reverse=True)[:limit]

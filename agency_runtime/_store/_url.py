@@ -20,43 +20,68 @@ from typing import cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .._errors import InvalidArgumentError, StoreUnavailableError
-from ._base import Store
 from ._memory import MemoryStore
+from ._protocols import Store
 from ._sqlite import SqliteStore, Synchronous
 
-__all__ = ["DEFAULT_STORE_URL", "open_store", "resolve_store"]
+__all__ = ["DEFAULT_STORE_URL", "STORES", "StoreRegistry", "open_store", "resolve_store"]
 
 DEFAULT_STORE_URL = "sqlite:///./.agency/agency.db"
 """The store used when neither ``store=`` nor ``AGENCY_STORE`` says otherwise."""
 
 _SCHEMES = "sqlite:///path.db, sqlite:////absolute/path.db, memory:// or memory://NAME"
-_opened: dict[str, Store] = {}
-_opened_lock = threading.Lock()
+class StoreRegistry:
+    """The stores this process opened: one instance per URL (``memory://NAME`` included).
+
+    The composition root (:mod:`agency_runtime._boundary._runtime`) refers to the process's
+    one registry, :data:`STORES`; :func:`resolve_store` and :func:`open_store` use it.
+    """
+
+    def __init__(self) -> None:
+        self._opened: dict[str, Store] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, store: str | Store | None = None) -> Store:
+        """``store``, the store its URL names, ``AGENCY_STORE``'s, or the default store."""
+        if store is None:
+            store = os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
+        if isinstance(store, str):
+            return self.open(store)
+        if type(store) in (MemoryStore, SqliteStore):  # the common case: no protocol check
+            return store
+        if isinstance(store, Store):
+            return store
+        raise InvalidArgumentError(
+            f"store must be a URL string ({_SCHEMES}) or a Store instance, "
+            f"got {type(store).__name__}"
+        )
+
+    def open(self, url: str) -> Store:
+        """Open (or return the already open) store named by ``url``."""
+        key = _canonical(url)
+        with self._lock:
+            store = self._opened.get(key)
+            if store is None:
+                store = self._opened[key] = _create(url, key)
+            return store
+
+
+STORES = StoreRegistry()
+"""The process's open stores."""
 
 
 def resolve_store(store: str | Store | None = None) -> Store:
-    """The store to use: ``store``, the store its URL names, ``AGENCY_STORE``'s, or the default."""
-    if store is None:
-        store = os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
-    if isinstance(store, str):
-        return open_store(store)
-    if type(store) in (MemoryStore, SqliteStore):  # the common case: skip the slow protocol check
-        return store
-    if isinstance(store, Store):
-        return store
-    raise InvalidArgumentError(
-        f"store must be a URL string ({_SCHEMES}) or a Store instance, got {type(store).__name__}"
-    )
+    """The store to use: ``store``, the store its URL names, ``AGENCY_STORE``'s, or the default.
+
+    A :class:`Store` is returned as it is; ``None`` means ``AGENCY_STORE``, else
+    ``sqlite:///./.agency/agency.db``.
+    """
+    return STORES.resolve(store)
 
 
-def open_store(url: str) -> Store:
-    """Open (or return the already open) store named by ``url``."""
-    key = _canonical(url)
-    with _opened_lock:
-        store = _opened.get(key)
-        if store is None:
-            store = _opened[key] = _create(url, key)
-        return store
+def open_store(url: str | Store | None = None) -> Store:
+    """Open (or return the already open) store named by ``url`` (see :func:`resolve_store`)."""
+    return STORES.resolve(url)
 
 
 def _canonical(url: str) -> str:

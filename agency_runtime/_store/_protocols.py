@@ -1,17 +1,19 @@
-"""The :class:`Store` protocol and the records it persists.
+"""The store's protocols: four narrow ones, and :class:`Store`, their union.
 
-The store is the only layer that touches a database. Everything above it speaks in
-:class:`RunRecord` values and the methods of :class:`Store`; nothing above it assumes
-SQLite, so a PostgreSQL store implements the same protocol.
+A feature depends on the protocol it uses: the run boundary and the durable layer on
+:class:`RunLog` (runs, leases, the journal, answers), global locks on :class:`LockTable`,
+conversation memory on :class:`MemoryIndex`, agent memory and the Telegram poller on
+:class:`DocumentStore`. A backend implements all four (:class:`Store`), and the semantics
+every backend must share (who may claim a run, which words a query searches, how recall is
+ranked) are written once in :mod:`agency_runtime._store._rules`.
 
-Claiming a run is atomic and lease-based: a run row carries a lease owner and expiry. The
-process that claims a run renews its lease while it executes; a waiter that sees the lease
-expire takes the run over.
+Every method may raise :class:`~agency_runtime.StoreError` (the underlying database error
+chained). Methods are ``async`` so network-backed stores need no thread hop; embedded
+stores commit inline.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -27,54 +29,12 @@ from .._types import (
     RunStatus,
 )
 
-__all__ = [
-    "Checkpoint",
-    "Claim",
-    "InterruptAnswer",
-    "InterruptResponse",
-    "Journal",
-    "JournalEntry",
-    "RunRecord",
-    "Store",
-    "claim_decision",
-    "query_terms",
-]
-
-
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def query_terms(text: str) -> list[str]:
-    """The distinct lower-case words of ``text``, in order (what keyword search matches)."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
-        seen.setdefault(word, None)
-    return list(seen)
-
-
-def claim_decision(existing: RunRecord | None, now: float, steal_from: str | None = None) -> str:
-    """What a claim does to ``existing``: ``"insert"``, ``"take"`` or ``"refuse"``.
-
-    ``steal_from`` names a lease owner known to be dead: its lease is taken even before it
-    expires. Shared by every store so their claim semantics cannot drift apart.
-    """
-    if existing is None:
-        return "insert"
-    if existing.is_final:
-        return "refuse"
-    if existing.lease_alive(now) and (steal_from is None or existing.lease_owner != steal_from):
-        return "refuse"
-    return "take"
+__all__ = ["DocumentStore", "LockTable", "MemoryIndex", "RunLog", "Store"]
 
 
 @runtime_checkable
-class Store(Protocol):
-    """Durable storage of runs. Implementations: MemoryStore, SqliteStore.
-
-    Every method may raise :class:`~agency_runtime.StoreError` (the underlying database
-    error chained). Methods are ``async`` so network-backed stores need no thread hop;
-    embedded stores commit inline.
-    """
+class RunLog(Protocol):
+    """Runs, their leases, their journals and the answers to their interrupts."""
 
     @property
     def url(self) -> str:
@@ -136,8 +96,6 @@ class Store(Protocol):
         """
         ...
 
-    # -- the journal -------------------------------------------------------------------
-
     async def load_journal(self, run_id: str) -> Journal:
         """Every step, interrupt and checkpoint stored for ``run_id``, in journal order."""
         ...
@@ -185,8 +143,6 @@ class Store(Protocol):
         """
         ...
 
-    # -- administration ------------------------------------------------------------------
-
     async def cancel_run(self, run_id: str) -> RunRecord | None:
         """Mark a run cancelled unless it is final; its holder stops at its next step."""
         ...
@@ -195,7 +151,50 @@ class Store(Protocol):
         """Copy a run and its journal up to position ``upto_seq`` under a new id (paused)."""
         ...
 
-    # -- memory ----------------------------------------------------------------------------
+
+@runtime_checkable
+class LockTable(Protocol):
+    """Store-wide FIFO locks (``agency.lock(name, scope="global")``): leased tickets."""
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from (``memory://``, ``sqlite:///…``)."""
+        ...
+
+    async def enqueue_lock(self, name: str, owner: str, lease_seconds: float) -> int:
+        """Append a waiter for the global lock ``name``; return its ticket.
+
+        Tickets only ever grow (across all names), so ticket order is arrival order. The
+        ticket is leased for ``lease_seconds``; a ticket whose lease expires is dropped.
+        """
+        ...
+
+    async def lock_holder(self, name: str) -> tuple[int, str] | None:
+        """The lowest live ticket of lock ``name`` and its owner (``None``: nobody queues)."""
+        ...
+
+    async def lock_turn(self, name: str, ticket: int, owner: str, lease_seconds: float) -> bool:
+        """Renew ``ticket``'s lease, drop expired tickets of ``name``, and say whether
+        ``ticket`` is now the lowest live one (it holds the lock).
+
+        ``False`` while earlier tickets wait or hold, and for a ticket that no longer
+        exists (released, or dropped after its lease expired) or belongs to another owner.
+        """
+        ...
+
+    async def release_lock(self, name: str, ticket: int) -> None:
+        """Remove ``ticket`` from the queue of ``name`` (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class MemoryIndex(Protocol):
+    """Conversation-memory items: tagged, expiring, keyword-ranked."""
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from (``memory://``, ``sqlite:///…``)."""
+        ...
 
     async def save_memory(self, record: MemoryRecord) -> bool:
         """Store one memory item; ``False`` (and nothing written) when its id is stored already.
@@ -230,6 +229,16 @@ class Store(Protocol):
         """Delete every item expired at ``now``; return how many."""
         ...
 
+
+@runtime_checkable
+class DocumentStore(Protocol):
+    """JSON documents by namespace and key (agent memory graphs, poller offsets, …)."""
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from (``memory://``, ``sqlite:///…``)."""
+        ...
+
     async def get_document(self, namespace: str, key: str) -> str | None:
         """A stored JSON document (agent memory graphs, summaries, …), or ``None``."""
         ...
@@ -238,33 +247,11 @@ class Store(Protocol):
         """Store (or replace) a JSON document."""
         ...
 
+
+@runtime_checkable
+class Store(RunLog, LockTable, MemoryIndex, DocumentStore, Protocol):
+    """Durable storage of runs: all four protocols. Implementations: MemoryStore, SqliteStore."""
+
     def close(self) -> None:
         """Release the store's resources (idempotent)."""
-        ...
-
-    # -- global locks (``agency.lock(name, scope="global")``) ----------------------------
-
-    async def enqueue_lock(self, name: str, owner: str, lease_seconds: float) -> int:
-        """Append a waiter for the global lock ``name``; return its ticket.
-
-        Tickets only ever grow (across all names), so ticket order is arrival order. The
-        ticket is leased for ``lease_seconds``; a ticket whose lease expires is dropped.
-        """
-        ...
-
-    async def lock_holder(self, name: str) -> tuple[int, str] | None:
-        """The lowest live ticket of lock ``name`` and its owner (``None``: nobody queues)."""
-        ...
-
-    async def lock_turn(self, name: str, ticket: int, owner: str, lease_seconds: float) -> bool:
-        """Renew ``ticket``'s lease, drop expired tickets of ``name``, and say whether
-        ``ticket`` is now the lowest live one (it holds the lock).
-
-        ``False`` while earlier tickets wait or hold, and for a ticket that no longer
-        exists (released, or dropped after its lease expired) or belongs to another owner.
-        """
-        ...
-
-    async def release_lock(self, name: str, ticket: int) -> None:
-        """Remove ``ticket`` from the queue of ``name`` (idempotent)."""
         ...

@@ -1,0 +1,166 @@
+"""The SQLite store's schema, as numbered migrations.
+
+A database file records the last migration it ran in ``PRAGMA user_version``; opening it
+runs every later one, in order, in one transaction (another process opening the file at the
+same time waits, then finds nothing left to do). A file written by a newer version of
+agency-runtime (a higher number than :data:`SCHEMA_VERSION`) is refused, naming both.
+
+Add a migration by appending ``(N + 1, script)`` to :data:`MIGRATIONS`; never edit one that
+has shipped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .._errors import StoreSchemaError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+SCHEMA_VERSION = 2
+"""The schema this version writes; a file with a higher ``user_version`` is refused."""
+
+_SCHEMA_1 = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id           TEXT PRIMARY KEY,
+    status           TEXT NOT NULL,
+    entry            TEXT NOT NULL,
+    arguments        TEXT NOT NULL,
+    model            TEXT,
+    overrides        TEXT,
+    value            TEXT,
+    error            TEXT,
+    interrupts       TEXT,
+    cost_pico        INTEGER NOT NULL DEFAULT 0,
+    tokens           INTEGER NOT NULL DEFAULT 0,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    version          INTEGER NOT NULL DEFAULT 0,
+    lease_owner      TEXT,
+    lease_expires_at REAL,
+    created_at       REAL NOT NULL,
+    started_at       REAL,
+    finished_at      REAL,
+    updated_at       REAL NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
+CREATE TABLE IF NOT EXISTS steps (
+    run_id     TEXT NOT NULL,
+    path       TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    name       TEXT NOT NULL,
+    callsite   TEXT NOT NULL,
+    result     TEXT NOT NULL,
+    locals     TEXT,
+    scopes     TEXT,
+    deltas     TEXT,
+    cost_pico  INTEGER NOT NULL,
+    tokens     INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (run_id, path)
+) STRICT;
+CREATE TABLE IF NOT EXISTS interrupts (
+    run_id       TEXT NOT NULL,
+    interrupt_id TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    interrupt    TEXT NOT NULL,
+    response     TEXT,
+    answered_at  REAL,
+    PRIMARY KEY (run_id, interrupt_id)
+) STRICT;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id        TEXT NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    body          TEXT NOT NULL,
+    PRIMARY KEY (run_id, checkpoint_id)
+) STRICT;
+CREATE TABLE IF NOT EXISTS locks (
+    name       TEXT NOT NULL,
+    ticket     INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner      TEXT NOT NULL,
+    expires_at REAL NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS locks_by_name ON locks (name, ticket);
+CREATE TABLE IF NOT EXISTS memory_items (
+    id         TEXT NOT NULL UNIQUE,
+    namespace  TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    tags       TEXT NOT NULL,
+    scope      TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL
+) STRICT;
+CREATE INDEX IF NOT EXISTS memory_items_by_time ON memory_items (namespace, created_at);
+CREATE INDEX IF NOT EXISTS memory_items_by_expiry ON memory_items (expires_at)
+    WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS memory_tags (
+    tag     TEXT NOT NULL,
+    item    INTEGER NOT NULL,
+    PRIMARY KEY (tag, item)
+) STRICT, WITHOUT ROWID;
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (content);
+CREATE TABLE IF NOT EXISTS documents (
+    namespace TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    body      TEXT NOT NULL,
+    PRIMARY KEY (namespace, key)
+) STRICT;
+"""
+
+# Version 2: a step records the spend it made itself (not the run's running total, which
+# counted siblings still in flight), a recorded failure, and the run the spend no committed
+# step holds (outside steps, rewound or forgotten steps); runs are listed by status by index.
+_SCHEMA_2 = """
+ALTER TABLE steps ADD COLUMN error TEXT;
+ALTER TABLE runs ADD COLUMN unjournaled_pico INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN unjournaled_tokens INTEGER NOT NULL DEFAULT 0;
+CREATE TEMP TABLE step_spend AS
+    SELECT run_id, path,
+        MAX(0, cost_pico - COALESCE(MAX(cost_pico) OVER earlier, 0)) AS pico,
+        MAX(0, tokens - COALESCE(MAX(tokens) OVER earlier, 0)) AS tokens
+    FROM steps
+    WINDOW earlier AS (PARTITION BY run_id ORDER BY seq
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING);
+UPDATE steps SET
+    cost_pico = (SELECT pico FROM step_spend s
+                 WHERE s.run_id = steps.run_id AND s.path = steps.path),
+    tokens = (SELECT tokens FROM step_spend s
+              WHERE s.run_id = steps.run_id AND s.path = steps.path);
+DROP TABLE step_spend;
+UPDATE runs SET
+    unjournaled_pico = MAX(0, cost_pico - COALESCE(
+        (SELECT SUM(cost_pico) FROM steps WHERE steps.run_id = runs.run_id), 0)),
+    unjournaled_tokens = MAX(0, tokens - COALESCE(
+        (SELECT SUM(tokens) FROM steps WHERE steps.run_id = runs.run_id), 0));
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at);
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2))
+"""Numbered migrations: a file at ``user_version`` N runs every script numbered above N."""
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the database on ``conn`` (the file ``path``) to :data:`SCHEMA_VERSION`."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreSchemaError(
+            f"the SQLite store {path!r} was written with schema version {version}, "
+            f"but this agency-runtime understands versions up to {SCHEMA_VERSION}; "
+            "upgrade agency-runtime (pip install -U agency-runtime) to use it"
+        )
+    if version == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        for number, script in MIGRATIONS:
+            if number <= version:
+                continue
+            for statement in script.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,122 @@
+"""Every store backend keeps the same semantics: a contract run against each of them.
+
+Recall is the subtle one: SQLite ranks keyword matches with FTS5's ``bm25()``, the memory
+store with the same formula in Python (``_store._rules.bm25_scores``) over the same words
+(``text_tokens``, read like FTS5's ``unicode61`` tokenizer). Here both are given one corpus —
+varied lengths, repeated terms, common and rare words, accents, two namespaces, expired
+items — and must pick the same items for every query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agency_runtime import MemoryStore, SqliteStore
+from agency_runtime._store._rules import bm25_scores, text_tokens
+from agency_runtime._types import MemoryRecord
+
+pytestmark = pytest.mark.anyio
+
+CORPUS = [
+    ("a1", "alpha", "the tea order shipped late and the customer asked twice about tea"),
+    ("a2", "alpha", "tea"),
+    ("a3", "alpha", "a long note about coffee coffee coffee and a little tea at the end of it"),
+    ("a4", "alpha", "Café au lait for Ada; she prefers email over phone calls"),
+    ("a5", "alpha", "refund approved for order 42 after the delivery failed"),
+    ("a6", "alpha", "the order of the day: shipping, billing, refunds and more shipping"),
+    ("a7", "alpha", "ada asked about her refund again; the refund is on its way"),
+    ("b1", "beta", "tea tea tea tea tea in another namespace entirely"),
+    ("b2", "beta", "order order order"),
+    ("x1", "alpha", "expired: tea order refund ada cafe"),
+]
+QUERIES = [
+    "tea",
+    "order",
+    "tea order",
+    "refund ada",
+    "cafe",
+    "CAFÉ",
+    "shipping refunds",
+    "coffee tea",
+    "nothing matches this",
+    "the",
+]
+NOW = 1_000.0
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore | SqliteStore]:
+    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "c.db")
+    yield store
+    store.close()
+
+
+async def _fill(store: MemoryStore | SqliteStore) -> None:
+    for index, (item_id, namespace, content) in enumerate(CORPUS):
+        await store.save_memory(
+            MemoryRecord(
+                id=item_id,
+                namespace=namespace,
+                content=content,
+                tags=["t"],
+                created_at=100.0 + index,
+                expires_at=NOW - 1 if item_id.startswith("x") else None,
+            )
+        )
+
+
+async def _recall_all(store: MemoryStore | SqliteStore) -> dict[tuple[str, int], list[str]]:
+    await _fill(store)
+    chosen: dict[tuple[str, int], list[str]] = {}
+    for query in QUERIES:
+        for limit in (1, 2, 3, 8):
+            found = await store.recall_memory(
+                namespace="alpha", query=query, tags=["t"], scope=None, limit=limit, now=NOW
+            )
+            chosen[(query, limit)] = [item.id for item in found]
+    return chosen
+
+
+async def test_every_backend_recalls_the_same_items(tmp_path: Path) -> None:
+    memory, sqlite = MemoryStore(), SqliteStore(tmp_path / "both.db")
+    try:
+        by_memory = await _recall_all(memory)
+        by_sqlite = await _recall_all(sqlite)
+    finally:
+        sqlite.close()
+    assert by_memory == by_sqlite
+    # and the ranking is a real one: the short, tea-only item wins a one-item tea recall
+    assert by_sqlite[("tea", 1)] == ["a2"]
+    assert by_sqlite[("CAFÉ", 8)] == ["a4"]  # accents and case as FTS5 folds them
+
+
+def test_text_tokens_read_words_as_fts5_does() -> None:
+    assert text_tokens("Café au lait, ORDER #42 (snake_case)") == [
+        "cafe",
+        "au",
+        "lait",
+        "order",
+        "42",
+        "snake",
+        "case",
+    ]
+
+
+def test_bm25_prefers_rare_terms_and_short_documents() -> None:
+    corpus = [["tea"], ["tea", "order"], ["coffee"] * 5 + ["tea"], ["order"]]
+    scores = bm25_scores(["tea"], corpus, corpus)
+    assert scores[0] < scores[1] < scores[2] < 0  # lower is better
+    assert scores[3] == 0.0
+
+
+async def test_a_recall_with_no_match_returns_the_newest(
+    backend: MemoryStore | SqliteStore,
+) -> None:
+    await _fill(backend)
+    found = await backend.recall_memory(
+        namespace="alpha", query="zzz", tags=["t"], scope=None, limit=2, now=NOW
+    )
+    assert [item.id for item in found] == ["a7", "a6"]
