@@ -14,6 +14,9 @@ Tree::
     ├── InvalidArgumentError (also ValueError)
     │   └── InterruptAnswerError
     ├── OutsideFrameError (also RuntimeError)
+    ├── NotInRunError (also RuntimeError)
+    ├── EventLoopRunningError (also RuntimeError)
+    ├── NoModelError
     ├── StoreError
     │   ├── StoreUnavailableError
     │   ├── StoreSchemaError
@@ -55,6 +58,7 @@ __all__ = [
     "CheckpointError",
     "EntryImportError",
     "EntryNotAllowedError",
+    "EventLoopRunningError",
     "GuardApproveError",
     "GuardExceededError",
     "HandlerRecursionError",
@@ -64,7 +68,9 @@ __all__ = [
     "LLMCallError",
     "LockReentryError",
     "LockTimeoutError",
+    "NoModelError",
     "NondeterminismError",
+    "NotInRunError",
     "OutsideFrameError",
     "RestoreSignal",
     "ResultSerializationError",
@@ -101,6 +107,18 @@ class OutsideFrameError(AgencyError, RuntimeError):
             "or, in a unit test, wrap the call in `agency.with_test_context(fn=...)` "
             "or `with agency.test_context():`."
         )
+
+
+class NotInRunError(AgencyError, RuntimeError):
+    """Something that needs a durable run (a pause, a global lock) was asked in a test frame."""
+
+
+class EventLoopRunningError(AgencyError, RuntimeError):
+    """``agency.run_sync`` was called from inside a running event loop."""
+
+
+class NoModelError(AgencyError):
+    """``agency.llm`` has no model to call (no ``model=``, no run model, no AGENCY_MODEL)."""
 
 
 class StoreError(AgencyError):

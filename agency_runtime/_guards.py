@@ -25,10 +25,11 @@ from typing import Any, Literal, TypeVar
 import anyio
 
 from ._core._cancel import AbortSignal
-from ._core._changes import report_change, report_spend
+from ._core._changes import Change, report_change, report_spend
 from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._core._money import format_usd, pico_to_usd, usd_to_pico
 from ._durable._journal import journal_of
+from ._durable._replay import register_change
 from ._errors import GuardApproveError, GuardExceededError, InvalidArgumentError
 
 __all__ = [
@@ -176,6 +177,20 @@ def apply_grant(guard: Guard, grant: list[Any]) -> None:
         if guard.scope is not None:
             guard.scope.deadline += float(seconds)
         guard.signal.set_deadline(guard.started + guard.limit, guard.error)
+
+
+def _replay_cost(frame: Frame, change: Change) -> None:
+    charge_guards(frame, int(change[1]))
+
+
+def _replay_grant(frame: Frame, change: Change) -> None:
+    guard = find_guard(frame, str(change[1]))
+    if guard is not None:
+        apply_grant(guard, change)
+
+
+register_change("cost", _replay_cost)
+register_change("grant", _replay_grant)
 
 
 # -- the std::guard interrupt ---------------------------------------------------------------------

@@ -27,10 +27,10 @@ from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_
 from ._core._jsondata import check_text, json_problem
 from ._durable._journal import journal_of
 from ._errors import (
-    AgencyError,
     HandlerRecursionError,
     InvalidArgumentError,
     NondeterminismError,
+    NotInRunError,
     RunPaused,
 )
 from ._types import Interrupt, InterruptResponse
@@ -258,7 +258,7 @@ async def ask(
             "handler answered it, and a handler cannot pause the run"
         )
     if not journal.durable:
-        raise AgencyError(
+        raise NotInRunError(
             f"agency.interrupt({effect!r}) got no answer from a handler and would pause the "
             "run, but this frame belongs to no run: call it inside agency.run(...), or "
             "install a handler with agency.with_handler(...)"

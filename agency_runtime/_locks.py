@@ -33,9 +33,8 @@ from anyio.lowlevel import RunVar
 
 from ._core._context import RuntimeContext, Slot
 from ._core._frame import Frame, call_in_frame, current_frame
-from ._durable._journal import journal_of
 from ._durable._leases import holder_is_dead, owner_id
-from ._errors import AgencyError, InvalidArgumentError, LockReentryError, LockTimeoutError
+from ._errors import InvalidArgumentError, LockReentryError, LockTimeoutError, NotInRunError
 from ._store import Store, resolve_store
 
 __all__ = ["GLOBAL_LOCK_LEASE_SECONDS", "HeldLock", "LockScope", "lock", "with_lock"]
@@ -128,9 +127,9 @@ def _request(
     frame = current_frame(member)
     resolved: Store | None = None
     if checked == "global":
-        resolved = resolve_store(store) if store is not None else journal_of(frame.ctx).store
+        resolved = resolve_store(store) if store is not None else frame.ctx.store
         if resolved is None:
-            raise AgencyError(
+            raise NotInRunError(
                 f"agency.{member}: lock {name!r} with scope='global' needs a run with a store "
                 "(call it inside `agency.run(...)`) or an explicit store= "
                 "(a URL such as 'sqlite:///agency.db', or a Store)"

@@ -38,8 +38,8 @@ from ._core._frame import (
 )
 from ._core._jsondata import json_problem
 from ._durable._effect import perform, recorded, replay
-from ._durable._entries import return_adapter
 from ._durable._journal import RunJournal, journal_of
+from ._durable._values import return_adapter
 from ._errors import (
     InvalidArgumentError,
     JournalCorruptError,

@@ -53,9 +53,9 @@ from typing import Any, Literal, TextIO, cast
 import anyio
 from pydantic_core import to_json, to_jsonable_python
 
-from ._boundary._resume import MAX_LIST_LIMIT
+from ._boundary._admin import MAX_LIST_LIMIT
+from ._boundary._runtime import RUNTIME
 from ._core._money import PICO_PER_USD
-from ._durable._entries import find_entry, import_app_modules
 from ._errors import (
     AgencyError,
     InterruptAnswerError,
@@ -458,7 +458,7 @@ class _Commands:
         record = await _record(self.store, self.ns.run_id)
         if not record.is_final:  # a completed or cancelled run imports nothing
             self._app_modules()
-            find_entry(record.run_id, record.entry)  # refuse an undeclared entry up front
+            RUNTIME.entries.find(record.run_id, record.entry)  # refuse an undeclared entry up front
         self._progress(f"resuming {record.run_id}…")
         started = time.monotonic()
         result = await agency.resume(record.run_id, store=self.store)
@@ -504,7 +504,7 @@ class _Commands:
         self._app_modules()
         # Find the entry before storing any answer: an entry the application did not declare
         # is refused here (EntryNotAllowedError), and the run stays paused, unanswered.
-        find_entry(record.run_id, record.entry)
+        RUNTIME.entries.find(record.run_id, record.entry)
         self._progress(f"answering {len(chosen)} interrupt(s); resuming {record.run_id}…")
         started = time.monotonic()
         result = await agency.respond_to_interrupts(
@@ -551,7 +551,7 @@ class _Commands:
         the run's first LLM call has to import litellm (seconds, in silence otherwise).
         """
         _importable_cwd()
-        import_app_modules(getattr(self.ns, "imports", None) or [])
+        RUNTIME.entries.import_app_modules(getattr(self.ns, "imports", None) or [])
         add_import_notice(self._progress)
 
     def _progress(self, message: str) -> None:

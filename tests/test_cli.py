@@ -31,7 +31,7 @@ from agency_runtime import (
     agency,
     approve,
 )
-from agency_runtime._durable._entries import find_entry
+from agency_runtime._boundary._runtime import RUNTIME
 from agency_runtime.cli import main
 
 # -- module-level entries (importable by module:qualname) ------------------------------------
@@ -781,20 +781,20 @@ async def test_resume_refuses_a_stored_os_system_entry(
         "subprocess:call",
         "shutil:rmtree",
         "pydantic_core:from_json",
-        "agency_runtime._durable._entries:import_entry",  # our own module, but not a declared entry
+        "agency_runtime._durable._entries:location_ref",  # our own module, not a declared entry
         "/nonexistent-app/evil.py:main",  # a script outside the working directory
         "tests.test_cli:_edit_row",  # never run here, never declared
     ],
 )
 def test_only_declared_entries_are_taken_from_the_store(ref: str) -> None:
     with pytest.raises(EntryNotAllowedError) as caught:
-        find_entry(f"stored-{ref}", ref)
+        RUNTIME.entries.find(f"stored-{ref}", ref)
     assert ref in str(caught.value)
 
 
 def test_an_entry_this_process_ran_is_found_without_importing(url: str) -> None:
     agency.run_sync(flaky, "tea", run_id="mine-1", store=url)
-    assert find_entry("another-run", "tests.test_cli:flaky") is flaky
+    assert RUNTIME.entries.find("another-run", "tests.test_cli:flaky") is flaky
 
 
 _FINAL_APP = """
@@ -1027,12 +1027,12 @@ def test_declaring_entries(monkeypatch: pytest.MonkeyPatch) -> None:
             agency.register_entry(refund_b, name=bad)
     with pytest.raises(InvalidArgumentError, match="declare a function"):
         agency.entry("refund")  # type: ignore[call-overload]
-    assert find_entry("any-run", "test-cli-refund") is refund_a
+    assert RUNTIME.entries.find("any-run", "test-cli-refund") is refund_a
     with pytest.raises(EntryNotAllowedError, match="named 'no-such-name'"):
-        find_entry("any-run", "no-such-name")
+        RUNTIME.entries.find("any-run", "no-such-name")
     monkeypatch.setenv("AGENCY_IMPORTS", "no_such_module_here")
     with pytest.raises(EntryImportError, match="AGENCY_IMPORTS"):
-        find_entry("any-run", "also-no-such-name")
+        RUNTIME.entries.find("any-run", "also-no-such-name")
 
 
 # -- the demo --------------------------------------------------------------------------------

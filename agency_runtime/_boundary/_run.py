@@ -29,33 +29,33 @@ from .._core._frame import Frame, call_in_frame
 from .._core._jsondata import check_text
 from .._core._money import pico_to_usd
 from .._core._threads import ThreadStore
-from .._durable._entries import (
+from .._durable._entries import location_ref
+from .._durable._journal import JOURNAL, RunJournal
+from .._durable._leases import holder_is_dead, owner_id
+from .._durable._values import (
     check_entry,
     decode_arguments,
     diff_arguments,
     encode_arguments,
     encode_overrides,
     encode_value,
-    entry_ref,
-    location_ref,
-    remember_entry,
     return_adapter,
     revive_value,
     stored_globals,
 )
-from .._durable._journal import JOURNAL, RunJournal, paused_journals
-from .._durable._leases import holder_is_dead, owner_id
 from .._errors import (
     AgencyCancelledError,
     AgencyError,
+    EventLoopRunningError,
     InvalidArgumentError,
     RestoreSignal,
     RunConflictError,
     RunInterruptedError,
     RunPaused,
 )
-from .._store import RunRecord, Store, resolve_store
+from .._store import RunRecord, Store
 from .._types import ErrorInfo, Interrupt, RunResult, RunStatus
+from ._runtime import RUNTIME
 
 __all__ = ["drive", "run", "run_sync"]
 
@@ -141,8 +141,8 @@ async def run(
     """
     check_entry(entry)
     run_id = _check_run_id(run_id)
-    store_ = resolve_store(store)
-    ref = entry_ref(entry)
+    store_ = RUNTIME.stores.resolve(store)
+    ref = RUNTIME.entries.entry_ref(entry)
     arguments = encode_arguments(args, kwargs)
     if model is not None and (not isinstance(model, str) or not model.strip()):
         raise InvalidArgumentError(
@@ -155,7 +155,7 @@ async def run(
         if stored.is_final:
             return _result_from_record(stored, entry)
         model = model or stored.model
-    remember_entry(run_id, entry)
+    RUNTIME.entries.remember(run_id, entry)
     record = RunRecord(
         run_id=run_id,
         status="running",
@@ -243,7 +243,7 @@ async def _execute(
     from outside (an enclosing cancel scope, ``KeyboardInterrupt``) still stores the run as
     ``failed`` and releases its lease before it propagates.
     """
-    ctx = RuntimeContext(record.run_id, model=record.model)
+    ctx = RuntimeContext(record.run_id, model=record.model, store=store)
     root = Recorder(keep=False)
     journal: RunJournal | None = None
     status: RunStatus = "failed"
@@ -332,7 +332,7 @@ async def _execute(
     if interrupted is not None:
         raise interrupted
     if stored and status == "paused" and journal is not None:
-        paused_journals.keep(store, record.run_id, record.version + 1, journal)
+        RUNTIME.journals.keep(store, record.run_id, record.version + 1, journal)
     if not stored and error is None:
         logger.warning(
             "run %r finished with status %r, but it was cancelled or another process holds "
@@ -373,7 +373,7 @@ async def _open_journal(
     the spend of every committed step plus the run's unjournaled spend."""
     journal = RunJournal(record.run_id, store, owner) if fresh else None
     if journal is None:
-        journal = paused_journals.take(store, record.run_id, record.version)
+        journal = RUNTIME.journals.take(store, record.run_id, record.version)
     if journal is None:
         journal = RunJournal(record.run_id, store, owner, await store.load_journal(record.run_id))
     journal.owner = owner
@@ -499,7 +499,7 @@ def run_sync(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult:
     except RuntimeError:
         pass
     else:
-        raise AgencyError(
+        raise EventLoopRunningError(
             "agency.run_sync() was called from inside a running event loop; "
             "use `await agency.run(...)` there instead"
         )

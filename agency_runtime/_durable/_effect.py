@@ -27,18 +27,17 @@ from typing import Any, TypeVar
 from pydantic_core import from_json, to_json
 
 from .._core._branches import close_base, open_base
-from .._core._changes import CHANGES, Change, Recorder, report_change
+from .._core._changes import CHANGES, Recorder
 from .._core._frame import _FRAME, Frame
-from .._core._threads import THREAD_CHANGE_KINDS
 from .._errors import (
     JournalCorruptError,
     LLMCallError,
     NondeterminismError,
     StructuredOutputError,
 )
-from .._guards import apply_grant, charge_guards, find_guard
 from .._types import JournalEntry
 from ._journal import RunJournal, journal_of
+from ._replay import replay_changes
 
 __all__ = ["journaled", "perform", "recorded", "replay", "replay_changes", "same_name"]
 
@@ -70,27 +69,6 @@ def _failure_from(text: str) -> Exception:
             message, model=str(data.get("model", "")), attempts=int(data.get("attempts", 0))
         )
     raise ValueError(f"unknown recorded failure {kind!r}")
-
-
-def replay_changes(frame: Frame, changes: list[Change]) -> None:
-    """Apply recorded changes in ``frame`` and report them to an enclosing running unit.
-
-    The run's own spend is not charged again: the run starts from the spend its committed
-    entries hold.
-    """
-    for change in changes:
-        kind = change[0]
-        if kind in THREAD_CHANGE_KINDS:
-            frame.threads.apply_change(change)
-        elif kind == "cost":
-            charge_guards(frame, int(change[1]))
-        elif kind == "grant":
-            guard = find_guard(frame, str(change[1]))
-            if guard is not None:
-                apply_grant(guard, change)
-        else:
-            raise ValueError(f"unknown journaled change {kind!r}")
-        report_change(change)
 
 
 def same_name(recorded_name: str, name: str) -> bool:

@@ -25,7 +25,7 @@ from .._types import (
     JournalEntry,
 )
 
-__all__ = ["JOURNAL", "RunJournal", "journal_of", "paused_journals"]
+__all__ = ["JOURNAL", "PausedJournals", "RunJournal", "journal_of"]
 
 
 class RunJournal:
@@ -256,7 +256,7 @@ class RunJournal:
         self.seq = max(self.seq, seq)
 
 
-class _PausedJournals:
+class PausedJournals:
     """Journals of runs paused in this process, so answering one does not re-read it.
 
     An entry is valid while the run's ``version`` is the one it was cached at (every status
@@ -296,10 +296,6 @@ class _PausedJournals:
         if item is None or item[0] + 1 != version:
             return None
         return item[1]
-
-
-paused_journals = _PausedJournals()
-"""The process-wide cache of paused runs' journals."""
 
 
 JOURNAL: Slot[RunJournal] = Slot("journal")

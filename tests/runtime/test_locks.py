@@ -86,7 +86,7 @@ async def test_same_name_calls_run_in_sequence() -> None:
         async with anyio.create_task_group() as tg:
             for i in range(3):
                 tg.start_soon(worker, i)
-        assert agency.ctx().get(_locks.RUN_LOCKS) in (None, {})  # an idle lock leaves nothing behind
+        assert agency.ctx().get(_locks.RUN_LOCKS) in (None, {})  # an idle lock leaves nothing
 
     assert sorted(results) == [0, 1, 2]
     for k in range(0, len(log), 2):  # every start is followed by its own end

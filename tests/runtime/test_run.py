@@ -330,7 +330,7 @@ async def test_a_dead_holder_is_taken_over_when_its_lease_expires(store: MemoryS
     ghost = RunRecord(
         run_id="orphan",
         status="running",
-        entry=run_module.entry_ref(make_order),
+        entry=run_module.RUNTIME.entries.entry_ref(make_order),
         arguments=run_module.encode_arguments(("tea",), {}),
     )
     claim = await store.claim_run(ghost, owner="ghost", lease_seconds=0.2)

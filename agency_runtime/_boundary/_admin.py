@@ -1,0 +1,104 @@
+"""``agency.runs``: an admin view of the runs in a store (list, get, journal, cancel, fork)."""
+
+from __future__ import annotations
+
+import builtins
+import uuid
+from typing import get_args
+
+from .._errors import InvalidArgumentError, RunNotFoundError
+from .._store import RunRecord, Store
+from .._types import JournalEntry, RunStatus
+from ._resume import get_record
+from ._runtime import RUNTIME
+
+__all__ = ["MAX_LIST_LIMIT", "RunsNamespace"]
+
+MAX_LIST_LIMIT = 10_000
+"""The most runs one ``agency.runs.list`` call returns; page with ``offset`` for more."""
+_MAX_OFFSET = 2**63 - 1  # SQLite's largest integer
+
+
+class RunsNamespace:
+    """``agency.runs``: an admin view of the runs in a store."""
+
+    async def list(
+        self,
+        *,
+        store: str | Store | None = None,
+        status: RunStatus | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> builtins.list[RunRecord]:
+        """Up to ``limit`` runs, newest first, after the first ``offset`` (a page).
+
+        Optionally only those with ``status``. ``limit`` is 1 to ``MAX_LIST_LIMIT``
+        (10 000); ``offset`` is 0 or more. The order is stable, so consecutive pages
+        (``offset=0, 100, 200, ...``) do not overlap while no run is added.
+        """
+        if status is not None and status not in get_args(RunStatus):
+            raise InvalidArgumentError(
+                f"status must be one of {', '.join(get_args(RunStatus))}, got {status!r}"
+            )
+        for what, value, low, high in (
+            ("limit", limit, 1, MAX_LIST_LIMIT),
+            ("offset", offset, 0, _MAX_OFFSET),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                raise InvalidArgumentError(
+                    f"{what} must be a whole number from {low} to {high}, got {shown}"
+                )
+        store_ = RUNTIME.stores.resolve(store)
+        return await store_.list_runs(status=status, limit=limit, offset=offset)
+
+    async def get(self, run_id: str, *, store: str | Store | None = None) -> RunRecord:
+        """The stored run ``run_id``; raises :class:`RunNotFoundError` if there is none."""
+        return await get_record(RUNTIME.stores.resolve(store), run_id)
+
+    async def journal(
+        self, run_id: str, *, store: str | Store | None = None
+    ) -> builtins.list[JournalEntry]:
+        """The completed steps of ``run_id``, in the order they were committed."""
+        store_ = RUNTIME.stores.resolve(store)
+        await get_record(store_, run_id)
+        return (await store_.load_journal(run_id)).entries
+
+    async def cancel(self, run_id: str, *, store: str | Store | None = None) -> RunRecord:
+        """Cancel ``run_id`` (final). A process running it stops at its next step."""
+        store_ = RUNTIME.stores.resolve(store)
+        record = await store_.cancel_run(run_id)
+        if record is None:
+            raise RunNotFoundError(run_id, store_.url)
+        return record
+
+    async def fork(
+        self,
+        run_id: str,
+        step_path: str,
+        *,
+        new_run_id: str | None = None,
+        store: str | Store | None = None,
+    ) -> str:
+        """Copy ``run_id`` with its journal up to and including ``step_path``; return the new id.
+
+        The fork is paused: continue it with ``agency.resume(new_id)``; the steps after
+        ``step_path`` run again there.
+        """
+        store_ = RUNTIME.stores.resolve(store)
+        await get_record(store_, run_id)
+        entries = (await store_.load_journal(run_id)).entries
+        match = next((e for e in entries if e.path == step_path), None)
+        if match is None:
+            known = ", ".join(e.path for e in entries[:10]) or "none"
+            raise InvalidArgumentError(
+                f"run {run_id!r} has no completed step {step_path!r} (steps: {known})"
+            )
+        new_id = new_run_id or f"{run_id}-fork-{uuid.uuid4().hex[:8]}"
+        if await store_.get_run(new_id) is not None:
+            raise InvalidArgumentError(f"a run {new_id!r} exists already; pick another new_run_id")
+        await store_.fork_run(run_id, new_id, match.seq)
+        remembered = RUNTIME.entries.remembered(run_id)
+        if remembered is not None:
+            RUNTIME.entries.remember(new_id, remembered)  # a closure's fork resumes here too
+        return new_id

@@ -1,0 +1,59 @@
+"""The composition root: the process's registries, wired in one place.
+
+Everything the runtime keeps for the whole process lives in one :class:`Runtime`:
+
+* ``stores`` — the stores opened so far, one per URL (the store layer's registry);
+* ``journals`` — journals of runs this process paused, so answering one needs no reload;
+* ``entries`` — the entries declared, named or run here (the trust model of the store);
+* ``clock`` — the time leases, waits, guards and TTLs read.
+
+The facade and the run boundary take them from :data:`RUNTIME`; layers below receive what
+they need explicitly or from the run's context (its store and clock), never from globals of
+their own. :meth:`Runtime.configure` swaps the clock (tests drive a fake one).
+"""
+
+from __future__ import annotations
+
+from .._clock import SYSTEM_CLOCK, Clock
+from .._durable._entries import EntryRegistry
+from .._durable._journal import PausedJournals
+from .._errors import InvalidArgumentError
+from .._store._url import STORES, StoreRegistry
+
+__all__ = ["RUNTIME", "Runtime"]
+
+
+class Runtime:
+    """The process's registries (see the module docstring)."""
+
+    __slots__ = ("clock", "entries", "journals", "stores")
+
+    def __init__(
+        self,
+        *,
+        stores: StoreRegistry,
+        journals: PausedJournals | None = None,
+        entries: EntryRegistry | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.stores = stores
+        self.journals = journals if journals is not None else PausedJournals()
+        self.entries = entries if entries is not None else EntryRegistry()
+        self.clock = clock
+
+    def configure(self, *, clock: Clock | None = None) -> None:
+        """Use ``clock`` from now on for runs started after the call."""
+        if clock is not None:
+            if not isinstance(clock, Clock):
+                raise InvalidArgumentError(
+                    f"clock must have time(), monotonic() and async sleep(), "
+                    f"got {type(clock).__name__}"
+                )
+            self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"<Runtime clock={self.clock!r}>"
+
+
+RUNTIME = Runtime(stores=STORES)
+"""The process's runtime: the one place process-wide state lives."""

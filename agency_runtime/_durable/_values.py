@@ -1,0 +1,240 @@
+"""A run's inputs and outputs as stored: arguments, values, overrides, typed revival.
+
+Arguments and values are stored as JSON text (never pickled) and must be JSON data that
+round-trips faithfully (:mod:`agency_runtime._core._jsondata`); they come back validated into
+the entry's annotations where it has them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic_core import PydanticSerializationError, from_json, to_json
+
+from .._core._jsondata import json_problem
+from .._errors import (
+    EntryImportError,
+    InvalidArgumentError,
+    JournalCorruptError,
+    ResultSerializationError,
+)
+
+__all__ = [
+    "check_entry",
+    "decode_arguments",
+    "diff_arguments",
+    "encode_arguments",
+    "encode_overrides",
+    "encode_value",
+    "return_adapter",
+    "revive_value",
+    "stored_globals",
+]
+
+
+def check_entry(entry: object) -> None:
+    """Raise :class:`InvalidArgumentError` unless ``entry`` can be called."""
+    if not callable(entry):
+        raise InvalidArgumentError(
+            f"agency.run needs a callable entry (a function or async function), "
+            f"got {type(entry).__name__} {entry!r:.80}"
+        )
+
+
+def encode_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The JSON text ``{"args": [...], "kwargs": {...}}`` of a run's arguments."""
+    for index, value in enumerate(args):
+        _check_json(value, f"positional argument {index}")
+    for name, value in kwargs.items():
+        _check_json(value, f"keyword argument {name!r}")
+    return to_json({"args": list(args), "kwargs": kwargs}).decode()
+
+
+def encode_overrides(
+    args: tuple[Any, ...], kwargs: dict[str, Any], globals: dict[str, dict[str, Any]]
+) -> str:
+    """What a restore runs the entry with from now on: arguments and module globals."""
+    _check_json(globals, "the restored globals")
+    return to_json({"args": list(args), "kwargs": kwargs, "globals": globals}).decode()
+
+
+def stored_globals(text: str) -> dict[str, dict[str, Any]]:
+    """The module globals stored with a restore's overrides (``{}`` when none)."""
+    try:
+        data = from_json(text)
+    except ValueError as exc:
+        raise JournalCorruptError(f"a run's stored overrides are damaged: {exc}") from exc
+    restored = data.get("globals") if isinstance(data, dict) else None
+    if not isinstance(restored, dict):
+        return {}
+    return {
+        str(module): dict(values) for module, values in restored.items() if isinstance(values, dict)
+    }
+
+
+def _check_json(value: Any, what: str) -> None:
+    problem = json_problem(value)
+    if problem is not None:
+        raise InvalidArgumentError(
+            f"{what} of type {type(value).__name__} cannot be stored as JSON: "
+            f"{problem}; a durable run's arguments must be JSON data or pydantic models"
+        )
+    try:
+        to_json(value)
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(
+            f"{what} of type {type(value).__name__} cannot be stored as JSON ({exc}); a durable "
+            "run's arguments must be JSON data or pydantic models"
+        ) from exc
+
+
+def _stored_json(text: str, what: str) -> dict[str, Any]:
+    try:
+        data = from_json(text)
+    except ValueError as exc:
+        raise JournalCorruptError(f"{what} are damaged (not JSON): {exc}") from exc
+    if not isinstance(data, dict):
+        raise JournalCorruptError(f"{what} are damaged: expected an object, got {data!r:.80}")
+    return data
+
+
+def diff_arguments(stored: str, given: str) -> list[str]:
+    """Human-readable differences between two :func:`encode_arguments` texts."""
+    old = _stored_json(stored, "the stored arguments")
+    new = from_json(given)
+    differences: list[str] = []
+    old_args, new_args = old.get("args", []), new.get("args", [])
+    if len(old_args) != len(new_args):
+        differences.append(f"stored {len(old_args)} positional argument(s), given {len(new_args)}")
+    for index, (a, b) in enumerate(zip(old_args, new_args, strict=False)):
+        if a != b:
+            differences.append(f"positional argument {index}: stored {_show(a)}, given {_show(b)}")
+    old_kw, new_kw = old.get("kwargs", {}), new.get("kwargs", {})
+    for name in sorted(set(old_kw) | set(new_kw)):
+        if name not in new_kw:
+            differences.append(
+                f"keyword argument {name!r}: stored {_show(old_kw[name])}, not given"
+            )
+        elif name not in old_kw:
+            differences.append(
+                f"keyword argument {name!r}: not stored, given {_show(new_kw[name])}"
+            )
+        elif old_kw[name] != new_kw[name]:
+            differences.append(
+                f"keyword argument {name!r}: stored {_show(old_kw[name])}, "
+                f"given {_show(new_kw[name])}"
+            )
+    return differences
+
+
+def _show(value: Any) -> str:
+    text = to_json(value).decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def encode_value(value: Any, *, what: str) -> str:
+    """The JSON text of a value that must be stored; raises ResultSerializationError."""
+    problem = json_problem(value)
+    if problem is not None:
+        raise ResultSerializationError(
+            f"{what} is a {type(value).__name__}, which cannot be stored as JSON: {problem}"
+        )
+    try:
+        return to_json(value).decode()
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise ResultSerializationError(
+            f"{what} is a {type(value).__name__}, which cannot be stored as JSON ({exc}); "
+            "return JSON data (dicts, lists, strings, numbers) or pydantic models"
+        ) from exc
+
+
+_ADAPTERS: dict[object, TypeAdapter[Any] | None] = {}
+
+
+def return_adapter(fn: Callable[..., Any], returns: Any = None) -> TypeAdapter[Any] | None:
+    """A TypeAdapter for ``returns``, else ``fn``'s return annotation (cached per function).
+
+    ``None`` when there is nothing usable to validate into (no annotation, ``Any``,
+    ``None``, or a type pydantic cannot validate). An ``Awaitable[T]`` annotation gives ``T``.
+    """
+    key: object = ("returns", returns) if returns is not None else getattr(fn, "__code__", fn)
+    try:
+        return _ADAPTERS[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable callable or type
+        return _build_adapter(fn, returns)
+    adapter = _ADAPTERS[key] = _build_adapter(fn, returns)
+    return adapter
+
+
+def _build_adapter(fn: Callable[..., Any], returns: Any) -> TypeAdapter[Any] | None:
+    annotation = returns
+    if annotation is None:
+        try:
+            annotation = typing.get_type_hints(fn).get("return")
+        except Exception:  # unresolvable forward references, builtins, callable objects
+            return None
+        origin = typing.get_origin(annotation)
+        awaited = inspect.isclass(origin) and issubclass(origin, Awaitable)
+        if origin is not None and (origin in (Awaitable, typing.Coroutine) or awaited):
+            annotation = typing.get_args(annotation)[-1]
+    if annotation in (None, type(None), Any, object, inspect.Signature.empty):
+        return None
+    try:
+        return TypeAdapter(annotation)
+    except Exception:  # an annotation pydantic cannot validate
+        return None
+
+
+def revive_value(text: str | None, adapter: TypeAdapter[Any] | None) -> Any:
+    """Decode a stored JSON value, validated into ``adapter``'s type when given."""
+    if text is None:
+        return None
+    if adapter is not None:
+        return adapter.validate_json(text)
+    try:
+        return from_json(text)
+    except ValueError as exc:
+        raise JournalCorruptError(f"a stored value is damaged (not JSON): {exc}") from exc
+
+
+def decode_arguments(
+    entry: Callable[..., Any], text: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Stored arguments, validated into the entry's parameter annotations where it has them."""
+    data = _stored_json(text, "the stored arguments")
+    raw_args, raw_kwargs = data.get("args", []), data.get("kwargs", {})
+    if not isinstance(raw_args, list) or not isinstance(raw_kwargs, dict):
+        raise JournalCorruptError(
+            "the stored arguments are damaged: 'args' must be a list and 'kwargs' an object"
+        )
+    args, kwargs = list(raw_args), dict(raw_kwargs)
+    try:
+        signature = inspect.signature(entry)
+        hints = typing.get_type_hints(entry)
+    except (TypeError, ValueError, NameError):
+        return tuple(args), kwargs
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise EntryImportError(
+            f"the stored arguments no longer fit the entry's signature {signature}: {exc}"
+        ) from exc
+    for name, value in list(bound.arguments.items()):
+        annotation = hints.get(name)
+        if annotation is None:
+            continue
+        kind = signature.parameters[name].kind
+        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            bound.arguments[name] = tuple(adapter.validate_python(v) for v in value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            bound.arguments[name] = {k: adapter.validate_python(v) for k, v in value.items()}
+        else:
+            bound.arguments[name] = adapter.validate_python(value)
+    return bound.args, bound.kwargs
