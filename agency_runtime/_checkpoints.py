@@ -56,6 +56,7 @@ async def create_checkpoint(label: str | None = None, *, pinned: bool = False) -
         cost=frame.ctx.cost,
         tokens=frame.ctx.tokens,
         pinned=pinned,
+        created_at=frame.ctx.clock.time(),
     )
     await journal.save_checkpoint(checkpoint)
     return checkpoint_id

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import inspect
 import math
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TypeVar
 
 import anyio
 
+from ._clock import SYSTEM_CLOCK, Clock, SystemClock
 from ._core._cancel import AbortSignal
 from ._core._changes import Change, report_change, report_spend
 from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
@@ -84,27 +84,45 @@ class CostGuard:
 
 
 class TimeGuard:
-    """A time budget for the code inside it (seconds of wall time)."""
+    """A time budget for the code inside it (seconds of the run's clock)."""
 
-    __slots__ = ("guard_id", "handlers_at_install", "label", "limit", "scope", "signal", "started")
+    __slots__ = (
+        "_disarm",
+        "clock",
+        "guard_id",
+        "handlers_at_install",
+        "label",
+        "limit",
+        "scope",
+        "signal",
+        "started",
+    )
 
     type: Literal["time"] = "time"
 
     def __init__(
-        self, guard_id: str, limit: float, label: str | None, handlers: int, signal: AbortSignal
+        self,
+        guard_id: str,
+        limit: float,
+        label: str | None,
+        handlers: int,
+        signal: AbortSignal,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.guard_id = guard_id
         self.label = label
         self.limit = limit
-        self.started = time.monotonic()
+        self.clock = clock
+        self.started = clock.monotonic()
         self.signal = signal
         self.scope: anyio.CancelScope | None = None
         self.handlers_at_install = handlers
+        self._disarm: Callable[[], None] | None = None
 
     @property
     def spent(self) -> float:
         """Seconds since the guard was installed."""
-        return time.monotonic() - self.started
+        return self.clock.monotonic() - self.started
 
     def over(self) -> bool:
         """Whether the time is up."""
@@ -115,6 +133,38 @@ class TimeGuard:
         return GuardExceededError(
             "time", self.limit, round(self.spent, 6), self.guard_id, self.label
         )
+
+    def arm(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` when the time is up (again after :meth:`extend`).
+
+        On the system clock that is the scope's own deadline; on another clock (a test's
+        fake one) a timer of that clock cancels it, so advancing fake time trips the guard.
+        """
+        self.scope = scope
+        remaining = self.started + self.limit - self.clock.monotonic()
+        if isinstance(self.clock, SystemClock):
+            scope.deadline = anyio.current_time() + remaining
+            return
+        if self._disarm is not None:
+            self._disarm()
+        call_at = getattr(self.clock, "call_at", None)
+        if callable(call_at):
+            self._disarm = call_at(self.started + self.limit, scope.cancel)
+        else:  # a clock without timers: the scope's deadline is the best available
+            scope.deadline = anyio.current_time() + remaining
+
+    def extend(self, seconds: float) -> None:
+        """Add ``seconds`` to the budget (a grant), moving the deadline with it."""
+        self.limit += seconds
+        if self.scope is not None:
+            self.arm(self.scope)
+        self.signal.set_deadline(self.started + self.limit, self.error)
+
+    def disarm(self) -> None:
+        """Stop the timer (the block ended)."""
+        if self._disarm is not None:
+            self._disarm()
+            self._disarm = None
 
     def __repr__(self) -> str:
         return f"<TimeGuard {self.guard_id} spent={self.spent:.3f}s limit={self.limit}s>"
@@ -173,10 +223,7 @@ def apply_grant(guard: Guard, grant: list[Any]) -> None:
         guard.limit_pico += int(pico)
         guard.disarmed = guard.disarmed or bool(disarm)
     elif seconds:
-        guard.limit += float(seconds)
-        if guard.scope is not None:
-            guard.scope.deadline += float(seconds)
-        guard.signal.set_deadline(guard.started + guard.limit, guard.error)
+        guard.extend(float(seconds))
 
 
 def _replay_cost(frame: Frame, change: Change) -> None:
@@ -335,15 +382,21 @@ async def time_guard(seconds: float, *, label: str | None = None) -> AsyncIterat
     limit = _check_seconds(seconds, "time_guard()")
     frame = current_frame("time_guard()")
     signal = AbortSignal(parent=frame.stack.abort_signal)
-    guard = TimeGuard(_guard_id(frame, "time"), limit, label, len(frame.stack.handlers), signal)
+    guard = TimeGuard(
+        _guard_id(frame, "time"), limit, label, len(frame.stack.handlers), signal,
+        frame.ctx.clock,
+    )  # fmt: skip
     signal.set_deadline(guard.started + limit, guard.error)
     inner = frame.evolve(
         stack=frame.stack.evolve(guards=(*frame.stack.guards, guard), abort_signal=signal)
     )
-    with anyio.CancelScope(deadline=anyio.current_time() + limit) as scope:
-        guard.scope = scope
-        with use_frame(inner):
-            yield guard
+    try:
+        with anyio.CancelScope() as scope:
+            guard.arm(scope)
+            with use_frame(inner):
+                yield guard
+    finally:
+        guard.disarm()
     if scope.cancelled_caught or guard.over():
         error = guard.error()
         signal.abort(error)

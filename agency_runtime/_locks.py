@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar, overload
 import anyio
 from anyio.lowlevel import RunVar
 
+from ._clock import Clock
 from ._core._context import RuntimeContext, Slot
 from ._core._frame import Frame, call_in_frame, current_frame
 from ._durable._leases import holder_is_dead, owner_id
@@ -230,7 +231,9 @@ async def _hold(request: _Request) -> AsyncIterator[HeldLock]:
         # The task group renews the lease while the body runs. Its body must not raise
         # (anyio would wrap the error in an ExceptionGroup): the outcome is re-raised below.
         async with anyio.create_task_group() as renewals:
-            renewals.start_soon(_renew, store, request.name, ticket, owner, lease)
+            renewals.start_soon(
+                _renew, store, request.name, ticket, owner, lease, request.frame.ctx.clock
+            )
             try:
                 yield HeldLock(request.name, owner, "global")
             except BaseException as exc:
@@ -351,9 +354,36 @@ async def _await_grant(waiter: _Waiter, run_lock: _RunLock, request: _Request) -
 
 # -- scope="global": tickets in the store ----------------------------------------------------
 
-_held_guard = threading.Lock()
-_held: dict[tuple[str, str], tuple[str, int]] = {}
-"""(store url, name) -> (owner, ticket) of the global locks this process holds."""
+class HeldLocks:
+    """The global locks this process holds: (store url, name) → (owner, ticket).
+
+    One per process (:data:`HELD`, referred to by the composition root), so a task that asks
+    again for a global lock its owner holds is caught, whichever run it is in.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._held: dict[tuple[str, str], tuple[str, int]] = {}
+
+    def get(self, key: tuple[str, str]) -> tuple[str, int] | None:
+        """Who holds the lock ``key`` here, with which ticket."""
+        with self._guard:
+            return self._held.get(key)
+
+    def hold(self, key: tuple[str, str], owner: str, ticket: int) -> None:
+        """Note that ``owner`` holds ``key`` with ``ticket``."""
+        with self._guard:
+            self._held[key] = (owner, ticket)
+
+    def drop(self, key: tuple[str, str], owner: str, ticket: int) -> None:
+        """Forget ``key`` if ``owner``'s ``ticket`` is what holds it."""
+        with self._guard:
+            if self._held.get(key) == (owner, ticket):
+                del self._held[key]
+
+
+HELD = HeldLocks()
+"""The process's held global locks."""
 
 _wakeups: RunVar[dict[tuple[str, str], anyio.Event]] = RunVar("agency_lock_wakeups")
 """Per event loop: (store url, name) -> an event set when a task of this loop releases that
@@ -371,8 +401,7 @@ def _wakeup_table() -> dict[tuple[str, str], anyio.Event]:
 async def _acquire_global(store: Store, request: _Request, owner: str) -> tuple[int, float]:
     name = request.name
     key = (store.url, name)
-    with _held_guard:
-        held = _held.get(key)
+    held = HELD.get(key)
     if held is not None and held[0] == owner:
         raise LockReentryError(f"Owner '{owner}' already holds lock '{name}'")
     lease = GLOBAL_LOCK_LEASE_SECONDS
@@ -418,15 +447,16 @@ async def _acquire_global(store: Store, request: _Request, owner: str) -> tuple[
         with anyio.CancelScope(shield=True):
             await _release_global(store, name, ticket, owner)
         raise
-    with _held_guard:
-        _held[key] = (owner, ticket)
+    HELD.hold(key, owner, ticket)
     return ticket, lease
 
 
-async def _renew(store: Store, name: str, ticket: int, owner: str, lease: float) -> None:
-    """Keep a held global lock's lease alive until cancelled."""
+async def _renew(
+    store: Store, name: str, ticket: int, owner: str, lease: float, clock: Clock
+) -> None:
+    """Keep a held global lock's lease alive until cancelled (on the clock of its leases)."""
     while True:
-        await anyio.sleep(lease / 3)
+        await clock.sleep(lease / 3)
         try:
             still_held = await store.lock_turn(name, ticket, owner, lease)
         except Exception as exc:
@@ -447,9 +477,7 @@ async def _renew(store: Store, name: str, ticket: int, owner: str, lease: float)
 
 async def _release_global(store: Store, name: str, ticket: int, owner: str) -> None:
     key = (store.url, name)
-    with _held_guard:
-        if _held.get(key) == (owner, ticket):
-            del _held[key]
+    HELD.drop(key, owner, ticket)
     try:
         await store.release_lock(name, ticket)
     except Exception as exc:  # never mask the body's outcome; the lease frees the ticket

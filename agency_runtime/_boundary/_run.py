@@ -13,7 +13,6 @@ import asyncio
 import functools
 import logging
 import os
-import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -162,6 +161,8 @@ async def run(
         entry=ref,
         arguments=arguments,
         model=model or os.environ.get("AGENCY_MODEL") or None,
+        created_at=(now := RUNTIME.clock.time()),
+        updated_at=now,
     )
     return await drive(store_, record, entry, args, kwargs)
 
@@ -200,8 +201,11 @@ async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord
     """Wait while another caller executes ``run_id``.
 
     Returns the run once its holder stored an outcome; ``None`` when the holder's lease
-    expired (it died), so the caller should claim the run itself.
+    expired (it died), so the caller should claim the run itself. It polls in real time (it
+    watches another task or process make progress); whether a lease expired is judged by the
+    runtime's clock.
     """
+    clock = RUNTIME.clock
     while True:
         await anyio.sleep(delay)
         current = await store.get_run(run_id)
@@ -209,14 +213,15 @@ async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord
             return None
         if current.status != "running":
             return current
-        if not current.lease_alive(time.time()) or holder_is_dead(current.lease_owner):
+        if not current.lease_alive(clock.time()) or holder_is_dead(current.lease_owner):
             return None
         delay = min(delay * 2, _WAIT_MAX)
 
 
 async def _renew_lease(store: Store, run_id: str, owner: str) -> None:
+    clock = RUNTIME.clock
     while True:
-        await anyio.sleep(LEASE_SECONDS / 3)
+        await clock.sleep(LEASE_SECONDS / 3)
         if not await store.renew_lease(run_id, owner=owner, lease_seconds=LEASE_SECONDS):
             logger.warning(
                 "run %r: lost its lease (another process took the run over); "
@@ -243,7 +248,8 @@ async def _execute(
     from outside (an enclosing cancel scope, ``KeyboardInterrupt``) still stores the run as
     ``failed`` and releases its lease before it propagates.
     """
-    ctx = RuntimeContext(record.run_id, model=record.model, store=store)
+    clock = RUNTIME.clock
+    ctx = RuntimeContext(record.run_id, model=record.model, store=store, clock=clock)
     root = Recorder(keep=False)
     journal: RunJournal | None = None
     status: RunStatus = "failed"
@@ -252,7 +258,7 @@ async def _execute(
     error: BaseException | None = None
     interrupts: list[Interrupt] = []
     interrupted: BaseException | None = None
-    started = record.started_at or time.time()
+    started = record.started_at or clock.time()
     try:
         async with anyio.create_task_group() as renewals:
             renewals.start_soon(_renew_lease, store, record.run_id, owner)
@@ -298,7 +304,7 @@ async def _execute(
             f"run {record.run_id!r} was interrupted ({type(exc).__name__}) before it "
             f"finished; continue it with agency.resume({record.run_id!r})"
         )
-    finished = time.time()
+    finished = clock.time()
     outcome_record = record.model_copy(
         update={
             "status": status,

@@ -20,7 +20,6 @@ another name raises :class:`NondeterminismError` naming both sides.
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -192,7 +191,7 @@ async def _commit(
         "error": None if failure is None else _failure_json(failure),
         "cost_pico": recorder.pico,
         "tokens": recorder.tokens,
-        "created_at": time.time(),
+        "created_at": frame.ctx.clock.time(),
     }
     if fields is not None:
         values.update(fields())

@@ -28,13 +28,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from .._clock import SYSTEM_CLOCK, Clock
 from .._core._frame import current_frame_maybe, position_of
 from .._durable._journal import journal_of
 from .._errors import AgencyError, InvalidArgumentError, StoreError
@@ -84,8 +84,9 @@ class ConversationMemory:
             on each call.
         namespace: Partitions items within a store; two memories with different namespaces
             never see each other's items.
-        clock: Seconds since the epoch; stamps items, computes expiry and paces purges.
-            Inject a fake one in tests.
+        clock: Where time comes from (a :class:`~agency_runtime.Clock`, or a callable
+            returning seconds since the epoch); stamps items, computes expiry and paces
+            purges. Default: the run's clock inside a run, else the system clock.
 
     Items saved through one object get strictly increasing timestamps (a clock reading
     that does not move forward is bumped by the smallest float step), so items saved in
@@ -99,7 +100,7 @@ class ConversationMemory:
         store: str | Store | None = None,
         *,
         namespace: str = "conversations",
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | Clock | None = None,
     ) -> None:
         if store is not None and not isinstance(store, str) and not isinstance(store, Store):
             raise InvalidArgumentError(
@@ -110,14 +111,15 @@ class ConversationMemory:
             raise InvalidArgumentError("store must be a non-empty store URL when given")
         if not isinstance(namespace, str) or not namespace.strip():
             raise InvalidArgumentError(f"namespace must be a non-empty string, got {namespace!r}")
-        if not callable(clock):
+        if clock is not None and not callable(clock) and not isinstance(clock, Clock):
             raise InvalidArgumentError(
-                f"clock must be a callable returning seconds, got {type(clock).__name__}"
+                "clock must be a Clock or a callable returning seconds since the epoch, "
+                f"got {type(clock).__name__}"
             )
         self._explicit = store
         self._store: Store | None = None  # the explicit store, once resolved
         self._namespace = namespace
-        self._clock = clock
+        self._clock = clock.time if isinstance(clock, Clock) else clock
         self._last_created = -math.inf
         self._purged_at: dict[str, float] = {}
 
@@ -133,10 +135,8 @@ class ConversationMemory:
                 self._store = resolve_store(self._explicit)
             return self._store
         frame = current_frame_maybe()
-        if frame is not None:
-            run_store = journal_of(frame.ctx).store
-            if run_store is not None:
-                return run_store
+        if frame is not None and frame.ctx.store is not None:
+            return frame.ctx.store
         return resolve_store(None)
 
     # -- saving ----------------------------------------------------------------------------
@@ -234,7 +234,7 @@ class ConversationMemory:
         store: Store | None = None
         try:
             store = self.store()
-            now = float(self._clock())
+            now = self._now()
             await self._maybe_purge(store, now)
             records = await store.recall_memory(
                 namespace=self._namespace,
@@ -284,7 +284,7 @@ class ConversationMemory:
             return 0
         try:
             return await self.store().expire_memory(
-                self._namespace, id_list, at=float(self._clock())
+                self._namespace, id_list, at=self._now()
             )
         except AgencyError:
             raise
@@ -295,6 +295,13 @@ class ConversationMemory:
             ) from exc
 
     # -- internals -------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        """Seconds since the epoch: the given clock, else the run's clock, else the system's."""
+        if self._clock is not None:
+            return float(self._clock())
+        frame = current_frame_maybe()
+        return (frame.ctx.clock if frame is not None else SYSTEM_CLOCK).time()
 
     def _item_id(self, content: str, tags: list[str], scope: str) -> str:
         """The id of an item saved now: derived from where it is saved inside a run.
@@ -316,7 +323,7 @@ class ConversationMemory:
 
     def _stamp(self) -> float:
         """The clock's reading, strictly after the previous stamp of this memory."""
-        now = float(self._clock())
+        now = self._now()
         if not math.isfinite(now):
             raise InvalidArgumentError(f"the memory clock returned {now!r}, not a time")
         if now <= self._last_created:

@@ -20,7 +20,6 @@ import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._core._frame import Frame
-from .._durable._journal import journal_of
 from .._errors import StoreError
 from .._locks import lock as named_lock
 from .._store import Store
@@ -179,7 +178,7 @@ def _place(frame: Frame) -> _Place | None:
     if not state.frames:
         return None
     top = state.frames[-1]
-    run_store = journal_of(frame.ctx).store
+    run_store = frame.ctx.store
     if top.root is not None:
         folder = top.root / state.memory_id
         return _Place(state.memory_id, top.config, state, folder=folder, run_store=run_store)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import RunNotFoundError
 from .._types import (
     Checkpoint,
@@ -34,8 +34,9 @@ class MemoryStore:
     _named: ClassVar[dict[str, MemoryStore]] = {}
     _named_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, name: str | None = None) -> None:
+    def __init__(self, name: str | None = None, *, clock: Clock | None = None) -> None:
         self._name = name
+        self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self._runs: dict[str, RunRecord] = {}
         self._steps: dict[str, dict[str, JournalEntry]] = {}
         self._answers: dict[str, dict[str, InterruptAnswer]] = {}
@@ -66,7 +67,7 @@ class MemoryStore:
         lease_seconds: float,
         steal_from: str | None = None,
     ) -> Claim:
-        now = time.time()
+        now = self._clock.time()
         lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds}
         with self._lock:
             existing = self._runs.get(record.run_id)
@@ -109,7 +110,7 @@ class MemoryStore:
             stored = self._runs.get(run_id)
             if stored is None or stored.lease_owner != owner or stored.status != "running":
                 return False
-            stored.lease_expires_at = time.time() + lease_seconds
+            stored.lease_expires_at = self._clock.time() + lease_seconds
             return True
 
     async def finish_run(
@@ -130,7 +131,7 @@ class MemoryStore:
                     "lease_owner": None,
                     "lease_expires_at": None,
                     "version": stored.version + 1,
-                    "updated_at": time.time(),
+                    "updated_at": self._clock.time(),
                     "overrides": stored.overrides,
                     "unjournaled_pico": stored.unjournaled_pico + unjournaled[0] + pico,
                     "unjournaled_tokens": stored.unjournaled_tokens + unjournaled[1] + tokens,
@@ -206,7 +207,7 @@ class MemoryStore:
             ]
             if refused:
                 return refused
-            now = time.time()
+            now = self._clock.time()
             for key, response in responses.items():
                 table[key] = table[key].model_copy(
                     update={"response": response, "answered_at": now}
@@ -264,8 +265,8 @@ class MemoryStore:
                         "lease_owner": None,
                         "lease_expires_at": None,
                         "version": stored.version + 1,
-                        "finished_at": time.time(),
-                        "updated_at": time.time(),
+                        "finished_at": self._clock.time(),
+                        "updated_at": self._clock.time(),
                     }
                 )
             return stored.model_copy(deep=True)
@@ -404,7 +405,7 @@ class MemoryStore:
             del queues[name]
 
     async def enqueue_lock(self, name: str, owner: str, lease_seconds: float) -> int:
-        now = time.time()
+        now = self._clock.time()
         with self._lock:
             queue = self._lock_queue(name)
             for ticket in [t for t, (_, expires) in queue.items() if expires <= now]:
@@ -414,13 +415,13 @@ class MemoryStore:
             return self._lock_seq
 
     async def lock_holder(self, name: str) -> tuple[int, str] | None:
-        now = time.time()
+        now = self._clock.time()
         with self._lock:
             live = [(t, o) for t, (o, expires) in self._lock_queue(name).items() if expires > now]
         return min(live) if live else None
 
     async def lock_turn(self, name: str, ticket: int, owner: str, lease_seconds: float) -> bool:
-        now = time.time()
+        now = self._clock.time()
         with self._lock:
             queue = self._lock_queue(name)
             mine = queue.get(ticket)

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic_core import from_json, to_json
 
+from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import (
     InvalidArgumentError,
     RunNotFoundError,
@@ -113,7 +114,9 @@ class SqliteStore:
         synchronous: Synchronous = "NORMAL",
         busy_timeout: float = 10.0,
         url: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self._path = str(path)
         self._url = url or f"sqlite:///{self._path}"
         self._lock = threading.Lock()
@@ -284,7 +287,7 @@ class SqliteStore:
         lease_seconds: float,
         steal_from: str | None = None,
     ) -> Claim:
-        now = time.time()
+        now = self._clock.time()
         with self._db(f"claim run {record.run_id!r}", write=True, check=True) as conn:
             existing = self._fetch(conn, record.run_id)
             decision = claim_decision(existing, now, steal_from)
@@ -325,7 +328,7 @@ class SqliteStore:
             cursor = conn.execute(
                 "UPDATE runs SET lease_expires_at = ? "
                 "WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
-                (time.time() + lease_seconds, run_id, owner),
+                (self._clock.time() + lease_seconds, run_id, owner),
             )
             return cursor.rowcount == 1
 
@@ -366,7 +369,7 @@ class SqliteStore:
                     pico,
                     tokens,
                     record.finished_at,
-                    time.time(),
+                    self._clock.time(),
                     record.run_id,
                     owner,
                 ),
@@ -486,7 +489,7 @@ class SqliteStore:
     async def answer_interrupts(
         self, run_id: str, responses: dict[str, InterruptResponse]
     ) -> list[str]:
-        now = time.time()
+        now = self._clock.time()
         try:
             with self._db(f"answer the interrupts of run {run_id!r}", write=True) as conn:
                 refused = [
@@ -560,7 +563,7 @@ class SqliteStore:
     # -- administration -------------------------------------------------------------------
 
     async def cancel_run(self, run_id: str) -> RunRecord | None:
-        now = time.time()
+        now = self._clock.time()
         with self._db(f"cancel run {run_id!r}", write=True) as conn:
             conn.execute(
                 "UPDATE runs SET status = 'cancelled', lease_owner = NULL, "
@@ -743,7 +746,7 @@ class SqliteStore:
     # -- global locks ------------------------------------------------------------------------
 
     async def enqueue_lock(self, name: str, owner: str, lease_seconds: float) -> int:
-        now = time.time()
+        now = self._clock.time()
         with self._db(f"queue for lock {name!r}", write=True) as conn:
             conn.execute("DELETE FROM locks WHERE name = ? AND expires_at <= ?", (name, now))
             ticket = conn.execute(
@@ -758,12 +761,12 @@ class SqliteStore:
             row = conn.execute(
                 "SELECT ticket, owner FROM locks WHERE name = ? AND expires_at > ? "
                 "ORDER BY ticket LIMIT 1",
-                (name, time.time()),
+                (name, self._clock.time()),
             ).fetchone()
         return None if row is None else (int(row[0]), str(row[1]))
 
     async def lock_turn(self, name: str, ticket: int, owner: str, lease_seconds: float) -> bool:
-        now = time.time()
+        now = self._clock.time()
         with self._db(f"take a turn at lock {name!r}", write=True) as conn:
             renewed = conn.execute(
                 "UPDATE locks SET expires_at = ? WHERE ticket = ? AND name = ? AND owner = ?",
