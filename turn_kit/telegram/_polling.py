@@ -30,8 +30,7 @@ from typing import Any
 import anyio
 import httpx
 
-from agency_runtime import InvalidArgumentError, Store
-from agency_runtime._store import resolve_store
+from agency_runtime import InvalidArgumentError, Store, open_store
 
 from .._errors import TurnKitError, TurnPausedError
 from .._runner import TurnArgs
@@ -101,7 +100,7 @@ class TelegramPoller:
     async def offset(self) -> int | None:
         """The id of the last update handled, or ``None`` before the first (or when the
         stored offset is not an integer: that is logged as a warning)."""
-        stored = await resolve_store(self._store_choice).get_document(_NAMESPACE, self.offset_key)
+        stored = await open_store(self._store_choice).get_document(_NAMESPACE, self.offset_key)
         if stored is None:
             return None
         if isinstance(stored, str) and _OFFSET.match(stored):
@@ -159,7 +158,7 @@ class TelegramPoller:
 
     async def _poll(self) -> tuple[int, bool]:
         """:meth:`poll_once`, and whether it stopped at an update to retry."""
-        store = resolve_store(self._store_choice)
+        store = open_store(self._store_choice)
         handled = 0
         async with self._client_scope() as client:
             batch = await self._fetch(client, await self.offset())
