@@ -66,7 +66,7 @@ async def _telegram_part(store: str, model: str | None, session: str) -> int:
         create_telegram_turn_adapter,
     )
 
-    from .testing import FakeModel, FakeRequest
+    from ._llm._fake import FakeModel, FakeRequest
 
     def offline(request: FakeRequest) -> str:
         return offline_assistant_reply(str(request.messages[-1]["content"]))

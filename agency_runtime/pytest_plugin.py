@@ -6,7 +6,9 @@
 * ``agency_fake_model`` — a factory of offline :class:`~agency_runtime.testing.FakeModel`
   instances, registered for the test and removed after it.
 
-Nothing here imports litellm; the fake models register with it when it is first loaded.
+Nothing here imports litellm, and neither does a call to a fake model: ``agency.llm``
+answers ``fake/...`` models at its provider seam. (Pass ``via_litellm=True`` to the factory
+to send a model's calls through litellm's real code instead.)
 """
 
 from __future__ import annotations
@@ -38,8 +40,12 @@ def agency_frame() -> Iterator[Frame]:
 
 @pytest.fixture
 def agency_fake_model() -> Iterator[Callable[..., Any]]:
-    """``agency_fake_model(name, replies=[...], ...)`` → a registered ``FakeModel``."""
-    from .testing import FakeModel
+    """``agency_fake_model(name, replies=[...], ...)`` → a registered ``FakeModel``.
+
+    Keyword options are :class:`~agency_runtime.testing.FakeModel`'s (``function=``,
+    ``latency=``, ``fail_times=``, ``failure=``, prices, ``via_litellm=``).
+    """
+    from ._llm._fake import FakeModel
 
     made: list[Any] = []
 

@@ -1,10 +1,12 @@
-"""``agency.llm``: one LLM turn on a thread, through litellm, billed and journaled.
+"""``agency.llm``: one LLM turn on a thread, through the provider seam, billed and journaled.
 
 A call delivers the thread's queued messages (FIFO), pushes the prompt as a user message,
-asks the model (retrying transient provider errors with capped exponential backoff),
-pushes the answer as an assistant message and bills its cost and tokens to the run and
-every guard in scope. With ``schema=``, the answer is parsed tolerantly (code fences,
-envelopes, single-key objects) and validated; a failed validation is fed back to the model
+asks the model's provider (:func:`~._registry.provider_for`: litellm by default, the
+offline fake provider for ``fake/...``; transient provider errors are retried here with
+capped exponential backoff, for every provider alike), pushes the answer as an assistant
+message and bills its cost and tokens to the run and every guard in scope. With
+``schema=``, the answer is parsed tolerantly (code fences, envelopes, single-key objects)
+and validated; a failed validation is fed back to the model
 and retried (``retries``, default 1), then :class:`StructuredOutputError` is raised.
 
 Inside a run every call is journaled when it completes: on replay it returns the recorded
@@ -20,15 +22,17 @@ import logging
 import math
 import os
 import re
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
 
 from .._core._branches import qualify
-from .._core._cancel import abort_reason, cancelled_by
+from .._core._cancel import AbortSignal, abort_reason, cancelled_by
 from .._core._frame import Frame, current_frame, position_of
+from .._core._money import usd_to_pico
 from .._core._threads import MessageContent, MessageThread
 from .._durable._effect import RECORDED_FAILURES, journaled
 from .._durable._journal import journal_of
@@ -39,14 +43,14 @@ from .._errors import (
     StructuredOutputError,
 )
 from .._guards import charge, gate
-from ._litellm import load_litellm
+from ._provider import DEFAULT_TIMEOUT, ChatRequest, ChatResponse, ProviderError, Usage
+from ._registry import provider_for
 
-__all__ = ["DEFAULT_TIMEOUT", "llm"]
+__all__ = ["DEFAULT_TIMEOUT", "bill", "llm", "with_transient_retries"]
 
 logger = logging.getLogger("agency_runtime.llm")
 
-DEFAULT_TIMEOUT = 120.0
-"""Seconds one provider request may take (litellm's own default is 6000 s)."""
+T = TypeVar("T")
 
 TRANSIENT_ATTEMPTS = 3
 """Attempts per request when the provider fails transiently (timeouts, 429, 5xx, drops)."""
@@ -218,9 +222,9 @@ async def _converse(
     attempts = (1 if retries is None else retries) + 1
     for attempt in range(1, attempts + 1):
         response = await _request(frame, thread, model, schema, timeout, max_tokens)
-        text = _text_of(response)
+        text = response.text
         thread.add("assistant", text)
-        pico, tokens = await _spend(response, model)
+        pico, tokens = bill(response.cost, response.usage, model)
         charge(frame, pico=pico, tokens=tokens, enforce=False)
         if adapter is None:
             return text, text
@@ -239,14 +243,6 @@ async def _converse(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _text_of(response: Any) -> str:
-    try:
-        content = response.choices[0].message.content
-    except (AttributeError, IndexError, KeyError):
-        return ""
-    return content if isinstance(content, str) else ""
-
-
 def _errors_of(exc: Exception) -> list[str]:
     if isinstance(exc, ValidationError):
         return [
@@ -256,37 +252,76 @@ def _errors_of(exc: Exception) -> list[str]:
     return [str(exc)]
 
 
-async def _spend(response: Any, model: str) -> tuple[int, int]:
-    """The call's cost (pico-dollars; 0 when litellm has no price) and total tokens."""
-    from .._core._money import usd_to_pico
-
-    usage = getattr(response, "usage", None)
-    tokens = int(getattr(usage, "total_tokens", 0) or 0)
-    hidden = getattr(response, "_hidden_params", None) or {}
-    cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
-    if cost is None:
-        litellm = await load_litellm()
-        try:
-            cost = litellm.completion_cost(completion_response=response)
-        except Exception:  # unmapped model: the cost is unknown, never a crash
-            cost = None
-    if cost is None or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
+def bill(cost: float | None, usage: Usage, model: str) -> tuple[int, int]:
+    """A response's spend: (pico-dollars, total tokens); an unknown cost is $0, logged once."""
+    tokens = usage.total_tokens
+    if cost is None or not math.isfinite(cost) or cost < 0:
         if model not in _unpriced:
             _unpriced.add(model)
-            logger.warning("litellm has no price for model %r: its calls are billed $0", model)
+            logger.warning("no price is known for model %r: its calls are billed $0", model)
         return 0, tokens
     return usd_to_pico(float(cost)), tokens
 
 
-def _transient(litellm: Any) -> tuple[type[BaseException], ...]:
-    names = (
-        "Timeout",
-        "RateLimitError",
-        "InternalServerError",
-        "ServiceUnavailableError",
-        "APIConnectionError",
-    )
-    return tuple(getattr(litellm, name) for name in names if hasattr(litellm, name))
+async def with_transient_retries(
+    call: Callable[[], Awaitable[T]],
+    *,
+    model: str,
+    signal: AbortSignal | None,
+    what: str = "call",
+) -> T:
+    """``await call()``, retrying transient :class:`ProviderError` with capped backoff.
+
+    Up to :data:`TRANSIENT_ATTEMPTS` attempts, sleeping ``BACKOFF_BASE`` seconds after the
+    first failure and twice as long after each next one (at most ``BACKOFF_CAP``). A
+    permanent provider error, or a transient one on the last attempt, raises
+    :class:`LLMCallError` chained to the provider library's original exception; any other
+    exception a provider lets out (not an :class:`AgencyError`) is permanent too. When
+    ``signal`` fires the call and the backoff sleep stop and its reason is raised.
+    """
+    delay = BACKOFF_BASE
+    for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
+        if signal is not None:
+            signal.raise_if_aborted()
+        try:
+            if signal is None:
+                return await call()
+            with cancelled_by(signal) as scope:
+                result = await call()
+            if scope.cancelled_caught:
+                raise abort_reason(signal)
+            return result
+        except ProviderError as exc:
+            original = exc.original
+            reason = f"{type(original).__name__}: {original}"
+            if not exc.transient:
+                raise LLMCallError(
+                    f"the {what} to {model!r} failed: {reason}", model=model, attempts=attempt
+                ) from original
+            if attempt == TRANSIENT_ATTEMPTS:
+                raise LLMCallError(
+                    f"the {what} to {model!r} failed {attempt} times: {reason}",
+                    model=model,
+                    attempts=attempt,
+                ) from original
+            logger.info("transient error from %r (attempt %d): %s", model, attempt, reason)
+            if signal is None:
+                await anyio.sleep(delay)
+            else:
+                with cancelled_by(signal) as scope:
+                    await anyio.sleep(delay)
+                if scope.cancelled_caught:
+                    raise abort_reason(signal) from exc
+            delay = min(delay * 2, BACKOFF_CAP)
+        except (AgencyError, anyio.get_cancelled_exc_class()):
+            raise
+        except Exception as exc:
+            raise LLMCallError(
+                f"the {what} to {model!r} failed: {type(exc).__name__}: {exc}",
+                model=model,
+                attempts=attempt,
+            ) from exc
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def _request(
@@ -296,71 +331,29 @@ async def _request(
     schema: Any,
     timeout: float | None,
     max_tokens: int | None,
-) -> Any:
-    if model.startswith("fake/"):
-        import agency_runtime.testing  # noqa: F401 - registers the offline fake provider
-    litellm = await load_litellm()
+) -> ChatResponse:
+    provider = provider_for(model)
     messages = thread.to_llm_messages()
-    kwargs: dict[str, Any] = {
-        "model": model,
-        "messages": messages,
-        "timeout": DEFAULT_TIMEOUT if timeout is None else float(timeout),
-        "num_retries": 0,
-    }
-    if max_tokens is not None:
-        kwargs["max_tokens"] = max_tokens
+    output: type[BaseModel] | None = None
     if schema is not None:
         output = _response_format(schema)
-        if _supports_schema(litellm, model):
-            kwargs["response_format"] = output
-        else:
+        if not await provider.supports_schema(model):
             instruction = (
                 "Respond with only a JSON document matching this JSON schema: "
                 + json.dumps(output.model_json_schema())
             )
-            kwargs["messages"] = [*messages, {"role": "system", "content": instruction}]
-    transient = _transient(litellm)
-    signal = frame.stack.abort_signal
-    delay = BACKOFF_BASE
-    for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
-        signal.raise_if_aborted()
-        try:
-            with cancelled_by(signal) as scope:
-                response = await litellm.acompletion(**kwargs)
-            if scope.cancelled_caught:
-                raise abort_reason(signal)
-            return response
-        except transient as exc:
-            if attempt == TRANSIENT_ATTEMPTS:
-                raise LLMCallError(
-                    f"the call to {model!r} failed {attempt} times: {type(exc).__name__}: {exc}",
-                    model=model,
-                    attempts=attempt,
-                ) from exc
-            logger.info("transient error from %r (attempt %d): %s", model, attempt, exc)
-            with cancelled_by(signal) as scope:
-                await anyio.sleep(delay)
-            if scope.cancelled_caught:
-                raise abort_reason(signal) from exc
-            delay = min(delay * 2, BACKOFF_CAP)
-        except (AgencyError, anyio.get_cancelled_exc_class()):
-            raise
-        except Exception as exc:
-            raise LLMCallError(
-                f"the call to {model!r} failed: {type(exc).__name__}: {exc}",
-                model=model,
-                attempts=attempt,
-            ) from exc
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _supports_schema(litellm: Any, model: str) -> bool:
-    if model.startswith("fake/"):
-        return True
-    try:
-        return bool(litellm.supports_response_schema(model=model))
-    except Exception:  # an unknown model: fall back to instructions in the prompt
-        return False
+            messages = [*messages, {"role": "system", "content": instruction}]
+            output = None
+    request = ChatRequest(
+        model=model,
+        messages=messages,
+        timeout=DEFAULT_TIMEOUT if timeout is None else float(timeout),
+        max_tokens=max_tokens,
+        response_format=output,
+    )
+    return await with_transient_retries(
+        lambda: provider.complete(request), model=model, signal=frame.stack.abort_signal
+    )
 
 
 # -- tolerant parsing -----------------------------------------------------------------------------

@@ -1,27 +1,53 @@
-"""Loading litellm lazily, offline-safe, off the event loop.
+"""litellm, the default provider: loaded lazily, offline-safe, off the event loop.
 
 ``import litellm`` takes seconds and, with its defaults, fetches a price list over the
 network and loads a stray ``.env`` file. So it is imported only when the first LLM call
 needs it, in a worker thread, after ``LITELLM_LOCAL_MODEL_COST_MAP=True`` and
 ``LITELLM_MODE=PRODUCTION`` are set (unless the user set them). ``agency.preload()`` does it
-ahead of time.
+ahead of time. Whoever waits for the import can say so: :func:`add_import_notice`.
+
+:class:`LiteLLMProvider` (:data:`LITELLM_PROVIDER`) is the :class:`~._provider.ChatProvider`
+every model without a registered prefix goes to. Each request passes an explicit
+``timeout`` and ``num_retries=0`` (the seam retries, with its own backoff); litellm's
+exceptions become :class:`~._provider.ProviderError` (:func:`litellm_error`: timeouts,
+429, 5xx and dropped connections are transient); a cost litellm cannot compute
+(``completion_cost`` raises for unmapped models) is unknown (``None``), never a crash.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from types import ModuleType
+from typing import Any
 
 import anyio.to_thread
 
+from .._errors import AgencyError
+from ._provider import (
+    ChatRequest,
+    ChatResponse,
+    EmbedRequest,
+    EmbedResponse,
+    ErrorKind,
+    ProviderError,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    Usage,
+)
+
 __all__ = [
     "IMPORT_NOTICE",
+    "LITELLM_PROVIDER",
+    "LiteLLMProvider",
     "add_import_notice",
     "add_load_hook",
+    "litellm_error",
     "litellm_module",
     "load_litellm",
     "load_litellm_sync",
@@ -126,3 +152,219 @@ def start_preload(*, wait: bool = False) -> None:
 def litellm_module() -> ModuleType | None:
     """litellm if it is loaded already, else ``None`` (never imports it)."""
     return _module
+
+
+# -- the provider ---------------------------------------------------------------------------------
+
+_KINDS: tuple[tuple[str, ErrorKind], ...] = (
+    # transient first (litellm's Timeout is also an openai APIConnectionError, for instance)
+    ("Timeout", "timeout"),
+    ("RateLimitError", "rate_limit"),
+    ("InternalServerError", "server"),
+    ("ServiceUnavailableError", "server"),
+    ("APIConnectionError", "connection"),
+    ("AuthenticationError", "auth"),
+    ("PermissionDeniedError", "auth"),
+    ("NotFoundError", "not_found"),
+    ("BadRequestError", "bad_request"),
+)
+
+
+def litellm_error(exc: BaseException, model: str) -> ProviderError | None:
+    """``exc`` as a :class:`ProviderError` if it is a litellm exception, else ``None``.
+
+    Timeouts, rate limits (429), server errors (5xx) and connection errors are transient;
+    every other litellm exception is permanent. Never imports litellm: if it is not loaded,
+    ``exc`` cannot be one of its exceptions.
+    """
+    litellm = _module
+    if litellm is None:
+        return None
+    for name, kind in _KINDS:
+        cls = getattr(litellm, name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return ProviderError(str(exc), kind=kind, model=model, provider="litellm")
+    if type(exc).__module__.partition(".")[0] == "litellm":  # another of litellm's own
+        return ProviderError(str(exc), kind="other", model=model, provider="litellm")
+    return None
+
+
+def _mapped(exc: Exception, model: str) -> ProviderError:
+    error = litellm_error(exc, model)
+    if error is None:  # not a litellm exception (a bug, a library's error): permanent
+        error = ProviderError(str(exc), kind="other", model=model, provider="litellm")
+    return error
+
+
+def _usage_of(response: Any) -> Usage:
+    usage = getattr(response, "usage", None)
+    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+    completion = int(getattr(usage, "completion_tokens", 0) or 0)
+    total = int(getattr(usage, "total_tokens", 0) or 0)
+    return Usage(prompt, completion, total or prompt + completion)
+
+
+def _cost_of(litellm: Any, response: Any) -> float | None:
+    """The response's cost in US dollars from litellm's (offline) prices, or ``None``."""
+    if response is None:
+        return None
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if cost is None:
+        try:
+            cost = litellm.completion_cost(completion_response=response)
+        except Exception:  # unmapped model: the cost is unknown, never a crash
+            return None
+    if isinstance(cost, bool) or not isinstance(cost, int | float):
+        return None
+    if not math.isfinite(cost) or cost < 0:
+        return None
+    return float(cost)
+
+
+def _text_of(response: Any) -> str:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _delta_of(chunk: Any) -> str:
+    try:
+        content = chunk.choices[0].delta.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def _chat_kwargs(request: ChatRequest) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "model": request.model,
+        "messages": request.messages,
+        "timeout": request.timeout,
+        "num_retries": 0,
+    }
+    if request.max_tokens is not None:
+        kwargs["max_tokens"] = request.max_tokens
+    if request.response_format is not None:
+        kwargs["response_format"] = request.response_format
+    return kwargs
+
+
+class LiteLLMProvider:
+    """The default :class:`~._provider.ChatProvider`: any model litellm knows, lazily loaded."""
+
+    @property
+    def name(self) -> str:
+        """``"litellm"``."""
+        return "litellm"
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """``litellm.acompletion`` with an explicit timeout and no retries of its own."""
+        litellm: Any = await load_litellm()
+        try:
+            response = await litellm.acompletion(**_chat_kwargs(request))
+        except AgencyError:
+            raise
+        except Exception as exc:
+            raise _mapped(exc, request.model) from exc
+        return ChatResponse(
+            text=_text_of(response),
+            usage=_usage_of(response),
+            cost=_cost_of(litellm, response),
+            model=getattr(response, "model", None),
+            raw=response,
+        )
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        """``litellm.acompletion(stream=True)``: its text deltas, then usage and cost."""
+        litellm: Any = await load_litellm()
+        kwargs = _chat_kwargs(request)
+        kwargs.update(stream=True, stream_options={"include_usage": True})
+        try:
+            stream = await litellm.acompletion(**kwargs)
+        except AgencyError:
+            raise
+        except Exception as exc:
+            raise _mapped(exc, request.model) from exc
+        chunks: list[Any] = []
+        parts: list[str] = []
+        iterator = stream.__aiter__()
+        finished = False
+        try:
+            while True:
+                try:
+                    chunk = await iterator.__anext__()
+                except StopAsyncIteration:
+                    finished = True
+                    break
+                except AgencyError:
+                    raise
+                except Exception as exc:
+                    raise _mapped(exc, request.model) from exc
+                chunks.append(chunk)
+                delta = _delta_of(chunk)
+                if delta:
+                    parts.append(delta)
+                    yield TextDelta(delta)
+        finally:
+            close = getattr(iterator, "aclose", None)
+            if not finished and close is not None:  # the caller stopped early, or it failed
+                await close()
+        try:
+            rebuilt = litellm.stream_chunk_builder(chunks) if chunks else None
+        except Exception:  # a stream litellm cannot rebuild: usage and cost unknown
+            rebuilt = None
+        yield StreamEnd(
+            text="".join(parts),
+            usage=_usage_of(rebuilt),
+            cost=_cost_of(litellm, rebuilt),
+            raw=rebuilt,
+        )
+
+    async def embed(self, request: EmbedRequest) -> EmbedResponse:
+        """``litellm.aembedding``: one vector per text, in the request's order."""
+        litellm: Any = await load_litellm()
+        try:
+            response = await litellm.aembedding(
+                model=request.model,
+                input=list(request.texts),
+                timeout=request.timeout,
+                num_retries=0,
+            )
+        except AgencyError:
+            raise
+        except Exception as exc:
+            raise _mapped(exc, request.model) from exc
+        items = list(getattr(response, "data", None) or [])
+
+        def position(item: Any) -> int:
+            index = item.get("index") if isinstance(item, dict) else getattr(item, "index", 0)
+            return int(index or 0)
+
+        vectors: list[list[float]] = []
+        for item in sorted(items, key=position):
+            vector: Any = item.get("embedding") if isinstance(item, dict) else item.embedding
+            vectors.append([float(x) for x in vector or []])
+        return EmbedResponse(
+            vectors=vectors,
+            usage=_usage_of(response),
+            cost=_cost_of(litellm, response),
+            raw=response,
+        )
+
+    async def supports_schema(self, model: str) -> bool:
+        """litellm's ``supports_response_schema`` (an unknown model: no)."""
+        litellm: Any = await load_litellm()
+        try:
+            return bool(litellm.supports_response_schema(model=model))
+        except Exception:  # an unknown model: fall back to instructions in the prompt
+            return False
+
+    def __repr__(self) -> str:
+        return "LiteLLMProvider()"
+
+
+LITELLM_PROVIDER = LiteLLMProvider()
+"""The default provider instance (routes nothing by itself: see :mod:`._registry`)."""

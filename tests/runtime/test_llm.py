@@ -25,7 +25,8 @@ from agency_runtime import (
     approve,
 )
 from agency_runtime._llm._litellm import litellm_module, load_litellm
-from agency_runtime.testing import FakeModel, FakeRequest
+from agency_runtime._llm._provider import ProviderError
+from agency_runtime.testing import FakeModel, FakeModelExhausted, FakeRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +39,10 @@ class Person(BaseModel):
 
 
 ADA = '{"name": "Ada", "age": 36}'
+
+# Tests marked PATHS run a fake model on both paths: at the seam (the fake provider, no
+# litellm) and through litellm (``via_litellm=True``: litellm's real code and exceptions).
+PATHS = pytest.mark.parametrize("via_litellm", [False, True], ids=["seam", "litellm"])
 
 
 @pytest.fixture
@@ -447,13 +452,74 @@ async def test_queued_messages_are_delivered_exactly_once_across_a_pause(
     assert history == ["queued note", "first", "first answer", "second", "second answer"]
 
 
+# -- the two paths of a fake model: at the seam, and through litellm -------------------------------
+
+
+@PATHS
+async def test_both_paths_bill_the_same_cost_and_tokens(via_litellm: bool) -> None:
+    with (
+        FakeModel(
+            "same",
+            replies=["one two three"],
+            input_cost_per_token=0.001,
+            output_cost_per_token=0.002,
+            via_litellm=via_litellm,
+        ) as fake,
+        agency.test_context(),
+    ):
+        assert await agency.llm("hello world", model=fake.model) == "one two three"
+        assert agency.ctx().cost == pytest.approx(3 * 0.001 + 3 * 0.002, abs=1e-12)
+        assert agency.ctx().tokens == 6
+    (request,) = fake.calls
+    assert request.messages == [{"role": "user", "content": "hello world"}]
+    assert request.timeout == llm_module.DEFAULT_TIMEOUT
+
+
+@PATHS
+async def test_both_paths_send_a_json_schema_response_format(via_litellm: bool) -> None:
+    with (
+        FakeModel("typed-path", replies=[ADA], via_litellm=via_litellm) as fake,
+        agency.test_context(),
+    ):
+        assert await agency.llm("who?", model=fake.model, schema=Person, max_tokens=40) == Person(
+            name="Ada", age=36
+        )
+    (request,) = fake.calls
+    assert request.max_tokens == 40
+    response_format = request.response_format
+    assert isinstance(response_format, dict)
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["name"] == "Person"
+    assert set(response_format["json_schema"]["schema"]["properties"]) == {"name", "age"}
+
+
+async def test_a_fake_call_at_the_seam_never_loads_litellm_for_its_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fake provider prices its calls itself: nothing on its path asks for litellm."""
+
+    async def refuse() -> Any:
+        raise AssertionError("a fake/ call at the seam must not load litellm")
+
+    import agency_runtime._llm._litellm as litellm_loader
+
+    monkeypatch.setattr(litellm_loader, "load_litellm", refuse)
+    with FakeModel("local", replies=["x"]) as fake, agency.test_context():
+        assert await agency.llm("hi", model=fake.model) == "x"
+        assert await agency.llm("hi", model="fake/echo", schema=Person)
+        assert agency.ctx().cost > 0
+
+
 # -- transient and permanent provider failures -----------------------------------------------------
 
 
+@PATHS
 @pytest.mark.parametrize("failure", ["rate_limit", "timeout", "server", "connection"])
-async def test_transient_failures_are_retried(failure: Any) -> None:
+async def test_transient_failures_are_retried(failure: Any, via_litellm: bool) -> None:
     with (
-        FakeModel("flaky", replies=["finally"], fail_times=2, failure=failure) as fake,
+        FakeModel(
+            "flaky", replies=["finally"], fail_times=2, failure=failure, via_litellm=via_litellm
+        ) as fake,
         agency.test_context(),
     ):
         assert await agency.llm("hello", model=fake.model) == "finally"
@@ -462,10 +528,12 @@ async def test_transient_failures_are_retried(failure: Any) -> None:
     assert len(fake.calls) == 3
 
 
-async def test_more_failures_than_attempts_raise_llm_call_error() -> None:
-    litellm = await load_litellm()
+@PATHS
+async def test_more_failures_than_attempts_raise_llm_call_error(via_litellm: bool) -> None:
     with (
-        FakeModel("down", replies=["never"], fail_times=10, failure="server") as fake,
+        FakeModel(
+            "down", replies=["never"], fail_times=10, failure="server", via_litellm=via_litellm
+        ) as fake,
         agency.test_context(),
     ):
         with pytest.raises(LLMCallError) as info:
@@ -474,29 +542,47 @@ async def test_more_failures_than_attempts_raise_llm_call_error() -> None:
     assert len(fake.calls) == llm_module.TRANSIENT_ATTEMPTS
     assert info.value.model == fake.model
     assert info.value.attempts == llm_module.TRANSIENT_ATTEMPTS
-    assert isinstance(info.value.__cause__, litellm.InternalServerError)
+    assert "scripted server failure 3 of 10" in str(info.value)
+    cause = info.value.__cause__
+    if via_litellm:  # the original litellm exception is chained
+        assert isinstance(cause, (await load_litellm()).InternalServerError)
+    else:  # the fake provider's own error, transient
+        assert isinstance(cause, ProviderError)
+        assert (cause.kind, cause.transient) == ("server", True)
 
 
-async def test_a_bad_request_is_not_retried() -> None:
-    litellm = await load_litellm()
+@PATHS
+async def test_a_bad_request_is_not_retried(via_litellm: bool) -> None:
     with (
-        FakeModel("bad", replies=["never"], fail_times=1, failure="bad_request") as fake,
+        FakeModel(
+            "bad", replies=["never"], fail_times=1, failure="bad_request", via_litellm=via_litellm
+        ) as fake,
         agency.test_context(),
         pytest.raises(LLMCallError) as info,
     ):
         await agency.llm("hello", model=fake.model)
     assert len(fake.calls) == 1
-    assert isinstance(info.value.__cause__, litellm.BadRequestError)
+    assert info.value.attempts == 1
+    cause = info.value.__cause__
+    if via_litellm:
+        assert isinstance(cause, (await load_litellm()).BadRequestError)
+    else:
+        assert isinstance(cause, ProviderError)
+        assert (cause.kind, cause.transient) == ("bad_request", False)
 
 
-async def test_an_exhausted_script_surfaces_as_llm_call_error_without_retries() -> None:
+@PATHS
+async def test_an_exhausted_script_surfaces_as_llm_call_error_without_retries(
+    via_litellm: bool,
+) -> None:
     with (
-        FakeModel("empty", replies=[]) as fake,
+        FakeModel("empty", replies=[], via_litellm=via_litellm) as fake,
         agency.test_context(),
-        pytest.raises(LLMCallError, match="no reply left"),
+        pytest.raises(LLMCallError, match="no reply left") as info,
     ):
         await agency.llm("hello", model=fake.model)
     assert len(fake.calls) == 1
+    assert isinstance(info.value.__cause__, FakeModelExhausted)
 
 
 # -- journaling ------------------------------------------------------------------------------------
@@ -548,8 +634,9 @@ async def test_a_replayed_structured_call_returns_the_model_type(store: MemorySt
 # -- cancellation and time guards ------------------------------------------------------------------
 
 
-async def test_cancel_stops_an_in_flight_call(store: MemoryStore) -> None:
-    with FakeModel("slow", replies=["late"], latency=5) as fake:
+@PATHS
+async def test_cancel_stops_an_in_flight_call(store: MemoryStore, via_litellm: bool) -> None:
+    with FakeModel("slow", replies=["late"], latency=5, via_litellm=via_litellm) as fake:
 
         async def entry() -> str:
             async def cancel_soon() -> None:
@@ -569,8 +656,12 @@ async def test_cancel_stops_an_in_flight_call(store: MemoryStore) -> None:
     assert (await agency.runs.get("cancelled", store=store)).status == "cancelled"
 
 
-async def test_a_time_guard_stops_a_slow_call() -> None:
-    with FakeModel("slow", replies=["late"], latency=5) as fake, agency.test_context():
+@PATHS
+async def test_a_time_guard_stops_a_slow_call(via_litellm: bool) -> None:
+    with (
+        FakeModel("slow", replies=["late"], latency=5, via_litellm=via_litellm) as fake,
+        agency.test_context(),
+    ):
         started = time.monotonic()
         with pytest.raises(GuardExceededError) as info:
             async with agency.time_guard(0.05):

@@ -1,4 +1,9 @@
-"""agency_runtime.testing: the offline ``fake/...`` litellm provider."""
+"""agency_runtime.testing: the offline ``fake/...`` models, at the seam and inside litellm.
+
+Most tests here call ``litellm.acompletion`` directly: they check the fake models as a litellm
+custom provider (what ``FakeModel(..., via_litellm=True)`` and direct litellm users get). The
+seam section calls the fake provider itself (what ``agency.llm`` uses by default, no litellm).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +24,16 @@ import pytest
 from pydantic import BaseModel, Field
 
 from agency_runtime import testing
+from agency_runtime._llm import _fake, _fake_litellm
+from agency_runtime._llm._fake import PROVIDER, fake_embedding
 from agency_runtime._llm._litellm import load_litellm
+from agency_runtime._llm._provider import (
+    ChatRequest,
+    EmbedRequest,
+    ProviderError,
+    StreamEnd,
+    TextDelta,
+)
 from agency_runtime.testing import (
     FAKE_PROVIDER,
     FakeModel,
@@ -88,7 +102,7 @@ async def test_provider_installed_once_without_clobbering() -> None:
     fakes = [e for e in litellm.custom_provider_map if e["provider"] == FAKE_PROVIDER]
     assert len(fakes) == 1
     before = list(litellm.custom_provider_map)
-    testing._install(litellm)  # idempotent: a second run changes nothing
+    _fake_litellm.install(litellm)  # idempotent: a second run changes nothing
     assert litellm.custom_provider_map == before
 
 
@@ -423,9 +437,9 @@ async def test_register_replaces_and_reset_clears() -> None:
     assert text_of(response) == "hello there"  # the built-in is back
     with pytest.raises(litellm.NotFoundError):
         await litellm.acompletion(model="fake/same", messages=USER, timeout=5)
-    assert testing._builtins["echo"].calls  # built-ins record calls too
+    assert _fake._builtins["echo"].calls  # built-ins record calls too
     reset()
-    assert not testing._builtins["echo"].calls
+    assert not _fake._builtins["echo"].calls
 
 
 async def test_streaming_sends_the_reply_with_usage() -> None:
@@ -454,3 +468,167 @@ def test_constructor_validates() -> None:
     with pytest.raises(TypeError, match="sequence"):
         FakeModel(replies="one string")
     assert FakeModel("fake/prefixed").model == "fake/prefixed"
+
+
+def test_testing_re_exports_the_fake_provider() -> None:
+    assert testing.FakeModel is _fake.FakeModel
+    assert testing.FakeRequest is _fake.FakeRequest
+    assert testing.FakeModelExhausted is _fake.FakeModelExhausted
+    assert testing.FAKE_PROVIDER == "fake"
+
+
+# -- at the seam: the fake provider agency.llm uses (no litellm) --------------------------------
+
+
+def chat(model: str, *, text: str = "hello there", **options: Any) -> ChatRequest:
+    return ChatRequest(model=model, messages=[{"role": "user", "content": text}], **options)
+
+
+async def test_seam_answers_and_records_like_litellm_did() -> None:
+    with FakeModel("seam", replies=["one two three"], input_cost_per_token=0.01,
+                   output_cost_per_token=0.1) as fake:  # fmt: skip
+        response = await PROVIDER.complete(chat(fake.model, timeout=7, max_tokens=9))
+    assert response.text == "one two three"
+    assert (response.usage.prompt_tokens, response.usage.completion_tokens) == (3, 3)
+    assert response.usage.total_tokens == 6
+    assert response.cost == pytest.approx(3 * 0.01 + 3 * 0.1)
+    (request,) = fake.calls
+    assert request == FakeRequest(
+        model="fake/seam", messages=USER, response_format=None, max_tokens=9, timeout=7.0
+    )
+
+
+async def test_seam_schema_arrives_as_a_json_schema_format_and_echo_fills_it() -> None:
+    response = await PROVIDER.complete(chat("fake/echo", response_format=Person))
+    person = Person.model_validate_json(response.text)
+    assert person.color is Color.RED
+    request = _fake._builtins["echo"].calls[-1]
+    assert isinstance(request.response_format, dict)
+    assert request.response_format["json_schema"]["name"] == "Person"
+    assert await PROVIDER.supports_schema("fake/anything")
+
+
+@pytest.mark.parametrize(
+    ("failure", "transient"),
+    [
+        ("rate_limit", True),
+        ("timeout", True),
+        ("server", True),
+        ("connection", True),
+        ("bad_request", False),
+    ],
+)
+async def test_seam_failures_are_provider_errors_of_their_kind(
+    failure: Any, transient: bool
+) -> None:
+    with FakeModel("failing", replies=["ok"], fail_times=1, failure=failure) as fake:
+        with pytest.raises(ProviderError, match=f"scripted {failure} failure 1 of 1") as info:
+            await PROVIDER.complete(chat(fake.model))
+        assert (info.value.kind, info.value.transient) == (failure, transient)
+        assert info.value.model == "fake/failing"
+        assert (await PROVIDER.complete(chat(fake.model))).text == "ok"
+    assert len(fake.calls) == 2
+
+
+async def test_seam_exhausted_and_unknown_models_are_permanent() -> None:
+    with FakeModel("short", replies=["only"]) as fake:
+        await PROVIDER.complete(chat(fake.model))
+        with pytest.raises(ProviderError, match="no reply left") as info:
+            await PROVIDER.complete(chat(fake.model))
+    assert not info.value.transient
+    assert type(info.value.original) is FakeModelExhausted  # the plain class, not litellm's
+    with pytest.raises(ProviderError, match=r"no fake model fake/missing.*fake/echo") as missing:
+        await PROVIDER.complete(chat("fake/missing"))
+    assert (missing.value.kind, missing.value.transient) == ("not_found", False)
+
+
+async def test_seam_scripted_exceptions_are_classified() -> None:
+    mine = ProviderError("slow down", kind="rate_limit")
+    with FakeModel(
+        "scripted-errors",
+        replies=[mine, TimeoutError("late"), ConnectionResetError("reset"), ValueError("odd")],
+    ) as fake:
+        with pytest.raises(ProviderError) as info:
+            await PROVIDER.complete(chat(fake.model))
+        assert info.value is mine
+        expected = [("timeout", True), ("connection", True), ("other", False)]
+        for kind, transient in expected:
+            with pytest.raises(ProviderError) as info:
+                await PROVIDER.complete(chat(fake.model))
+            assert (info.value.kind, info.value.transient) == (kind, transient)
+            assert info.value.__cause__ is not None
+
+
+async def test_seam_classifies_a_scripted_litellm_exception_like_litellm() -> None:
+    litellm = await llm()
+    limited = litellm.RateLimitError(message="429", llm_provider="fake", model="fake/x")
+    with (
+        FakeModel("litellm-errors", replies=[limited]) as fake,
+        pytest.raises(ProviderError) as info,
+    ):
+        await PROVIDER.complete(chat(fake.model))
+    assert (info.value.kind, info.value.transient) == ("rate_limit", True)
+    assert info.value.original is limited
+
+
+async def test_seam_latency_is_cancellable() -> None:
+    with FakeModel("slow-seam", latency=30) as fake:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError), anyio.fail_after(0.1):
+            await PROVIDER.complete(chat(fake.model))
+        assert time.monotonic() - started < 2
+
+
+async def test_seam_stream_yields_words_then_usage() -> None:
+    with FakeModel("streamer", replies=["streamed reply  here"]) as fake:
+        events = [event async for event in PROVIDER.stream(chat(fake.model))]
+    *deltas, end = events
+    assert all(isinstance(d, TextDelta) for d in deltas)
+    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == "streamed reply  here"
+    assert len(deltas) == 3
+    assert isinstance(end, StreamEnd)
+    assert end.text == "streamed reply  here"
+    assert (end.usage.prompt_tokens, end.usage.completion_tokens) == (3, 3)
+    assert end.cost == pytest.approx(3e-6 + 6e-6)
+
+
+async def test_seam_embeddings_are_deterministic_bags_of_words() -> None:
+    texts = ["the cat sat", "a cat sat down", "stock prices fell", ""]
+    with FakeModel("embedder", input_cost_per_token=0.5) as fake:
+        response = await PROVIDER.embed(EmbedRequest(model=fake.model, texts=texts))
+    assert fake.embed_calls == [texts]
+    assert fake.calls == []  # embeddings are not chat calls
+    vectors = response.vectors
+    assert vectors == [fake_embedding(t) for t in texts]
+    assert all(len(v) == _fake.EMBEDDING_DIMENSIONS for v in vectors)
+    assert vectors[3] == [0.0] * _fake.EMBEDDING_DIMENSIONS
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    assert cosine(vectors[0], vectors[0]) == pytest.approx(1.0)
+    assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2])
+    assert fake_embedding("The CAT") == fake_embedding("cat the")  # case and order do not matter
+    assert response.usage.prompt_tokens == (1 + 3) + (1 + 4) + (1 + 3) + 1
+    assert response.cost == pytest.approx(response.usage.prompt_tokens * 0.5)
+
+
+async def test_seam_embedding_failures_count_on_their_own() -> None:
+    with FakeModel("flaky-embedder", fail_times=1, failure="server") as fake:
+        with pytest.raises(ProviderError) as info:
+            await PROVIDER.embed(EmbedRequest(model=fake.model, texts=["x"]))
+        assert info.value.transient
+        assert len((await PROVIDER.embed(EmbedRequest(model=fake.model, texts=["x"]))).vectors)
+        # the chat side has its own count: its first request fails too
+        with pytest.raises(ProviderError):
+            await PROVIDER.complete(chat(fake.model))
+
+
+async def test_embeddings_through_litellm_match_the_seam() -> None:
+    litellm = await llm()
+    with FakeModel("lite-embedder", input_cost_per_token=0.25) as fake:
+        response = await litellm.aembedding(model=fake.model, input=["a cat", "a dog"], timeout=5)
+    vectors = [item["embedding"] for item in sorted(response.data, key=lambda d: d["index"])]
+    assert vectors == [fake_embedding("a cat"), fake_embedding("a dog")]
+    assert response.usage.prompt_tokens == 6
+    assert fake.embed_calls == [["a cat", "a dog"]]

@@ -1,0 +1,307 @@
+"""The fake models inside litellm: ``fake`` as a litellm custom provider.
+
+:mod:`._fake` adds a litellm load hook that calls :func:`install` the moment anything loads
+litellm (at once if it is loaded already). From then on ``litellm.acompletion(model=
+"fake/<name>", ...)``, ``litellm.completion``, streaming and ``litellm.aembedding`` are
+answered by the same fake models as at the seam, priced with ``litellm.register_model`` (so
+``response._hidden_params["response_cost"]`` and ``litellm.completion_cost`` give the same
+numbers), with litellm's own exceptions for failures. This is what
+``FakeModel(..., via_litellm=True)`` and tests of litellm's real code path use.
+
+litellm wraps any exception a provider raises that is not a litellm exception into
+``litellm.APIConnectionError`` (the original is its ``__context__``). A
+:class:`~._fake.FakeModelExhausted` is raised as a ``litellm.BadRequestError`` that is also
+a ``FakeModelExhausted``, so it reaches the caller unwrapped and is never mistaken for a
+transient error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from types import ModuleType
+from typing import Any
+
+from ._fake import (
+    FAKE_PROVIDER,
+    FakeModel,
+    FakeModelExhausted,
+    FakeRequest,
+    _failure_message,
+    _lookup,
+    _name_of,
+    chat_usage,
+    embed_usage,
+    models,
+    not_found_message,
+)
+from ._litellm import litellm_module
+
+__all__ = ["install", "installed", "register_price"]
+
+_lock = threading.Lock()
+_installed = False
+_exhausted_class: type[FakeModelExhausted] | None = None
+
+
+def installed() -> bool:
+    """Whether the ``fake`` provider has been installed into litellm."""
+    return _installed
+
+
+def _litellm() -> Any:
+    module = litellm_module()
+    if module is None:  # pragma: no cover - the handler only runs once litellm is loaded
+        raise RuntimeError("litellm is not loaded")
+    return module
+
+
+# -- prices ---------------------------------------------------------------------------------------
+
+
+def _price_entry(model: FakeModel) -> dict[str, Any]:
+    return {
+        "input_cost_per_token": model.input_cost_per_token,
+        "output_cost_per_token": model.output_cost_per_token,
+        # zero cache prices: stops litellm warning that they are missing
+        "cache_creation_input_token_cost": 0.0,
+        "cache_read_input_token_cost": 0.0,
+        "litellm_provider": FAKE_PROVIDER,
+        "mode": "chat",
+        "max_tokens": 100_000,
+        "max_input_tokens": 100_000,
+        "max_output_tokens": 100_000,
+    }
+
+
+def register_price(litellm: ModuleType, model: FakeModel) -> None:
+    """Price ``fake/<name>`` in litellm with ``model``'s per-token prices."""
+    litellm.register_model({model.model: _price_entry(model)})
+
+
+# -- litellm errors ------------------------------------------------------------------------------
+
+
+class _LiteLLMErrors:
+    """Failures through litellm: litellm's exception classes."""
+
+    def failure(self, model: FakeModel, index: int) -> BaseException:
+        litellm = _litellm()
+        classes = {
+            "rate_limit": litellm.RateLimitError,
+            "timeout": litellm.Timeout,
+            "server": litellm.InternalServerError,
+            "connection": litellm.APIConnectionError,
+            "bad_request": litellm.BadRequestError,
+        }
+        error: BaseException = classes[model.failure](
+            message=_failure_message(model, index), model=model.model, llm_provider=FAKE_PROVIDER
+        )
+        return error
+
+    def exhausted(self, model: FakeModel, message: str) -> BaseException:
+        cls = _exhausted_class
+        if cls is None:  # pragma: no cover - set by install() before any request
+            return FakeModelExhausted(message)
+        return cls(message, model.model)
+
+
+_ERRORS = _LiteLLMErrors()
+
+
+def _make_exhausted_class(litellm: ModuleType) -> type[FakeModelExhausted]:
+    class FakeModelExhaustedError(FakeModelExhausted, litellm.BadRequestError):  # type: ignore[misc,name-defined]
+        """:class:`FakeModelExhausted` as a litellm ``BadRequestError`` (passes through litellm)."""
+
+        def __init__(self, message: str, model: str) -> None:
+            litellm.BadRequestError.__init__(
+                self, message=message, model=model, llm_provider=FAKE_PROVIDER
+            )
+
+    # Reported under the public name (RunResult.error.type, tracebacks, logs).
+    FakeModelExhaustedError.__module__ = FakeModelExhausted.__module__
+    FakeModelExhaustedError.__name__ = FakeModelExhaustedError.__qualname__ = "FakeModelExhausted"
+    return FakeModelExhaustedError
+
+
+# -- the litellm custom provider ----------------------------------------------------------------
+
+
+def _request(
+    model_name: str,
+    messages: Sequence[dict[str, Any]],
+    optional_params: dict[str, Any] | None,
+    timeout: object,
+) -> FakeRequest:
+    params = dict(optional_params or {})
+    response_format = params.pop("response_format", None)
+    max_tokens = params.pop("max_tokens", None)
+    seconds: float | None
+    if isinstance(timeout, int | float):
+        seconds = float(timeout)
+    else:
+        read = getattr(timeout, "read", None)
+        seconds = float(read) if isinstance(read, int | float) else None
+    return FakeRequest(
+        model=f"{FAKE_PROVIDER}/{model_name}",
+        messages=[dict(m) for m in messages],
+        response_format=response_format,
+        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+        timeout=seconds,
+        extra=params,
+    )
+
+
+def _find(model: str) -> FakeModel:
+    name = _name_of(model)
+    found = _lookup(name)
+    if found is None:
+        raise _litellm().NotFoundError(
+            message=not_found_message(name),
+            model=f"{FAKE_PROVIDER}/{name}",
+            llm_provider=FAKE_PROVIDER,
+        )
+    return found
+
+
+def _response(model: FakeModel, request: FakeRequest, text: str) -> Any:
+    litellm = _litellm()
+    usage = chat_usage(request.messages, text)
+    return litellm.ModelResponse(
+        model=model.model,
+        choices=[
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": text},
+            }
+        ],
+        usage=litellm.Usage(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+        ),
+    )
+
+
+def _complete_sync(
+    model: str, messages: Sequence[dict[str, Any]], optional_params: Any, timeout: object
+) -> Any:
+    fake = _find(model)
+    request = _request(fake.name, messages, optional_params, timeout)
+    return _response(fake, request, fake._answer_sync(request, _ERRORS))
+
+
+async def _complete_async(
+    model: str, messages: Sequence[dict[str, Any]], optional_params: Any, request_timeout: object
+) -> Any:
+    fake = _find(model)
+    request = _request(fake.name, messages, optional_params, request_timeout)
+    return _response(fake, request, await fake._answer_async(request, _ERRORS))
+
+
+async def _embed(model: str, texts: list[Any], model_response: Any) -> Any:
+    fake = _find(model)
+    strings = [str(text) for text in texts]
+    vectors = await fake._embed(strings, _ERRORS)
+    usage = embed_usage(strings)
+    litellm = _litellm()
+    model_response.model = fake.model
+    model_response.object = "list"
+    model_response.data = [
+        {"object": "embedding", "index": i, "embedding": vector} for i, vector in enumerate(vectors)
+    ]
+    model_response.usage = litellm.Usage(
+        prompt_tokens=usage.prompt_tokens, completion_tokens=0, total_tokens=usage.total_tokens
+    )
+    return model_response
+
+
+def _make_handler(litellm: ModuleType) -> Any:
+    class FakeLLMHandler(litellm.CustomLLM):  # type: ignore[misc,name-defined]
+        """litellm custom provider answering ``fake/<name>`` from the fake-model registry.
+
+        litellm calls it with keyword arguments: ``model`` without the ``fake/`` prefix,
+        ``messages``, ``optional_params`` (response_format, max_tokens, temperature, ...),
+        ``timeout`` and more that a fake does not need.
+        """
+
+        def completion(self, model: str, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+            return _complete_sync(
+                model, messages, kwargs.get("optional_params"), kwargs.get("timeout")
+            )
+
+        async def acompletion(
+            self, model: str, messages: list[dict[str, Any]], **kwargs: Any
+        ) -> Any:
+            return await _complete_async(
+                model, messages, kwargs.get("optional_params"), kwargs.get("timeout")
+            )
+
+        def streaming(
+            self, model: str, messages: list[dict[str, Any]], **kwargs: Any
+        ) -> Iterator[dict[str, Any]]:
+            response = _complete_sync(
+                model, messages, kwargs.get("optional_params"), kwargs.get("timeout")
+            )
+            yield _chunk(response)
+
+        async def astreaming(
+            self, model: str, messages: list[dict[str, Any]], **kwargs: Any
+        ) -> AsyncIterator[dict[str, Any]]:
+            response = await _complete_async(
+                model, messages, kwargs.get("optional_params"), kwargs.get("timeout")
+            )
+            yield _chunk(response)
+
+        async def aembedding(self, model: str, input: list[Any], **kwargs: Any) -> Any:
+            return await _embed(model, input, kwargs["model_response"])
+
+    return FakeLLMHandler()
+
+
+def _chunk(response: Any) -> dict[str, Any]:
+    """The whole reply as one litellm ``GenericStreamingChunk``, usage included."""
+    usage = response.usage
+    return {
+        "text": response.choices[0].message.content or "",
+        "tool_use": None,
+        "is_finished": True,
+        "finish_reason": "stop",
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+        "index": 0,
+    }
+
+
+def install(module: ModuleType) -> None:
+    """The load hook: install the ``fake`` provider and price every known fake model.
+
+    Idempotent; warns if ``litellm.custom_provider_map`` already has a ``fake`` provider.
+    """
+    global _installed, _exhausted_class
+    litellm: Any = module
+    with _lock:
+        if _installed:
+            return
+        _exhausted_class = _make_exhausted_class(litellm)
+        handler = _make_handler(litellm)
+        provider_map = litellm.custom_provider_map
+        if provider_map is None:
+            provider_map = litellm.custom_provider_map = []
+        if any(entry.get("provider") == FAKE_PROVIDER for entry in provider_map):
+            logging.getLogger(__name__).warning(
+                "litellm.custom_provider_map already has a %r provider; the agency_runtime "
+                "fake models are shadowed by it",
+                FAKE_PROVIDER,
+            )
+        provider_map.append({"provider": FAKE_PROVIDER, "custom_handler": handler})
+        litellm.utils.custom_llm_setup()
+        known = models()
+        _installed = True
+    for model in known:
+        register_price(litellm, model)

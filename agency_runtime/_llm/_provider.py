@@ -1,0 +1,225 @@
+"""The provider seam: what the LLM layer asks of a model provider, in our own shapes.
+
+``agency.llm`` (and memory's embeddings) never talk to a provider library directly: they
+build a :class:`ChatRequest` or an :class:`EmbedRequest` and hand it to the
+:class:`ChatProvider` that the registry (:mod:`._registry`) picks for the model string.
+litellm is the default provider (:class:`~._litellm.LiteLLMProvider`); ``fake/...`` models
+are answered in-process by :class:`~._fake.FakeProvider`, without importing litellm.
+
+A provider answers with :class:`ChatResponse` (text, :class:`Usage`, cost in US dollars or
+``None`` when unknown), streams :class:`TextDelta` events then one :class:`StreamEnd`, and
+embeds into :class:`EmbedResponse`. It reports a failure as a :class:`ProviderError` that
+says whether it is transient (timeouts, 429, 5xx, dropped connections), raised ``from`` the
+provider library's own exception; the seam's caller (``_chat``) retries transient ones with
+capped backoff and turns the rest into :class:`~agency_runtime.LLMCallError`, chaining the
+original. Cancellation is never mapped: anyio's cancellation exception passes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from .._errors import AgencyError
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "TRANSIENT_KINDS",
+    "ChatProvider",
+    "ChatRequest",
+    "ChatResponse",
+    "EmbedRequest",
+    "EmbedResponse",
+    "ErrorKind",
+    "ProviderError",
+    "StreamEnd",
+    "StreamEvent",
+    "TextDelta",
+    "Usage",
+    "json_schema_format",
+]
+
+DEFAULT_TIMEOUT = 120.0
+"""Seconds one provider request may take (litellm's own default is 6000 s)."""
+
+ErrorKind = Literal[
+    "timeout", "rate_limit", "server", "connection", "bad_request", "auth", "not_found", "other"
+]
+"""What went wrong at the provider, as far as the seam cares."""
+
+TRANSIENT_KINDS: frozenset[str] = frozenset({"timeout", "rate_limit", "server", "connection"})
+"""The kinds that are worth retrying: the same request may well succeed in a moment."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens one request consumed, as the provider counted them."""
+
+    prompt_tokens: int = 0
+    """Tokens of the input (messages, or the texts embedded)."""
+    completion_tokens: int = 0
+    """Tokens of the answer (0 for embeddings)."""
+    total_tokens: int = 0
+    """All tokens billed for the request (providers may count it on its own)."""
+
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int = 0) -> Usage:
+        """A usage whose total is the sum of its parts."""
+        return cls(prompt_tokens, completion_tokens, prompt_tokens + completion_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One chat completion to ask a provider for."""
+
+    model: str
+    """The model string as the caller named it (``"openai/gpt-4o-mini"``, ``"fake/echo"``)."""
+    messages: list[dict[str, Any]]
+    """The chat messages (``{"role", "content"}`` dicts); a provider must not mutate them."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds the request may take (always explicit: provider defaults are far too long)."""
+    max_tokens: int | None = None
+    """The most tokens the answer may have, if the caller set a limit."""
+    response_format: type[BaseModel] | None = None
+    """The pydantic model the answer must be a JSON document of, sent as a JSON-schema
+    response format. The caller sets it only when :meth:`ChatProvider.supports_schema` said
+    yes; otherwise the schema travels as an instruction in ``messages``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    """A provider's answer to a :class:`ChatRequest`."""
+
+    text: str
+    """The answer's text (``""`` when the provider sent no text)."""
+    usage: Usage = field(default_factory=Usage)
+    """Tokens the request consumed."""
+    cost: float | None = None
+    """What the request cost in US dollars, or ``None`` when the provider cannot say."""
+    model: str | None = None
+    """The model that answered, as the provider reports it."""
+    raw: Any = field(default=None, repr=False, compare=False)
+    """The provider library's own response object, for debugging (never journaled)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of a streamed answer, in order."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnd:
+    """The last event of a stream: the whole answer's text, usage and cost."""
+
+    text: str
+    """The whole answer (the concatenation of the deltas)."""
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = None
+    """US dollars, or ``None`` when unknown."""
+    raw: Any = field(default=None, repr=False, compare=False)
+
+
+StreamEvent = TextDelta | StreamEnd
+"""What :meth:`ChatProvider.stream` yields: text deltas, then exactly one :class:`StreamEnd`."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedRequest:
+    """Texts to turn into embedding vectors."""
+
+    model: str
+    texts: list[str]
+    timeout: float = DEFAULT_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedResponse:
+    """One vector per text of the request, in the request's order."""
+
+    vectors: list[list[float]]
+    usage: Usage = field(default_factory=Usage)
+    cost: float | None = None
+    """US dollars, or ``None`` when unknown."""
+    raw: Any = field(default=None, repr=False, compare=False)
+
+
+class ProviderError(AgencyError):
+    """A provider request failed; ``transient`` says whether retrying it may help.
+
+    Providers raise it ``from`` their library's exception (the original is then
+    :attr:`original`); the seam retries transient errors and turns the others, and transient
+    ones that kept failing, into :class:`~agency_runtime.LLMCallError` chained to the
+    original. ``kind`` says what went wrong; ``transient`` defaults to whether ``kind`` is
+    one of :data:`TRANSIENT_KINDS`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ErrorKind = "other",
+        model: str = "",
+        provider: str = "",
+        transient: bool | None = None,
+    ) -> None:
+        self.kind: ErrorKind = kind
+        self.model = model
+        self.provider = provider
+        self.transient = kind in TRANSIENT_KINDS if transient is None else transient
+        super().__init__(message)
+
+    @property
+    def original(self) -> BaseException:
+        """The provider library's exception this error was raised from (else itself)."""
+        cause = self.__cause__
+        return cause if cause is not None else self
+
+
+@runtime_checkable
+class ChatProvider(Protocol):
+    """What the LLM layer needs from a model provider.
+
+    Implementations raise :class:`ProviderError` for provider failures (with ``transient``
+    set right), let cancellation through, and never retry on their own: the seam does.
+    """
+
+    @property
+    def name(self) -> str:
+        """A short name for logs and errors (``"litellm"``, ``"fake"``)."""
+        ...
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """Answer one chat request."""
+        ...
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
+        """Answer one chat request as :class:`TextDelta` events, then one :class:`StreamEnd`."""
+        ...
+
+    async def embed(self, request: EmbedRequest) -> EmbedResponse:
+        """Embed the request's texts (one vector each, in order)."""
+        ...
+
+    async def supports_schema(self, model: str) -> bool:
+        """Whether ``model`` accepts a JSON-schema ``response_format``.
+
+        When it does not, the caller puts the schema in the prompt instead.
+        """
+        ...
+
+
+def json_schema_format(output: type[BaseModel]) -> dict[str, Any]:
+    """``output`` as an OpenAI-style JSON-schema response format (what litellm sends)."""
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "schema": output.model_json_schema(),
+            "name": output.__name__,
+            "strict": True,
+        },
+    }
