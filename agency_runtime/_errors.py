@@ -39,6 +39,7 @@ Tree::
     ├── LockReentryError
     ├── LockTimeoutError
     ├── LLMCallError
+    ├── ProviderError
     └── StructuredOutputError
 
     RunPaused (BaseException)
@@ -47,17 +48,19 @@ Tree::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from ._types import Checkpoint, Interrupt, RunResult
 
 __all__ = [
+    "TRANSIENT_KINDS",
     "AgencyCancelledError",
     "AgencyError",
     "CheckpointError",
     "EntryImportError",
     "EntryNotAllowedError",
+    "ErrorKind",
     "EventLoopRunningError",
     "GuardApproveError",
     "GuardExceededError",
@@ -72,6 +75,7 @@ __all__ = [
     "NondeterminismError",
     "NotInRunError",
     "OutsideFrameError",
+    "ProviderError",
     "RestoreSignal",
     "ResultSerializationError",
     "RunConflictError",
@@ -86,6 +90,15 @@ __all__ = [
     "StoreUnavailableError",
     "StructuredOutputError",
 ]
+
+
+ErrorKind = Literal[
+    "timeout", "rate_limit", "server", "connection", "bad_request", "auth", "not_found", "other"
+]
+"""What went wrong at the provider, as far as the seam cares."""
+
+TRANSIENT_KINDS: frozenset[str] = frozenset({"timeout", "rate_limit", "server", "connection"})
+"""The kinds that are worth retrying: the same request may well succeed in a moment."""
 
 
 class AgencyError(Exception):
@@ -300,6 +313,38 @@ class LLMCallError(AgencyError):
         self.model = model
         self.attempts = attempts
         super().__init__(message)
+
+
+class ProviderError(AgencyError):
+    """A provider request failed; ``transient`` says whether retrying it may help.
+
+    Providers raise it ``from`` their library's exception (the original is then
+    :attr:`original`); the seam retries transient errors and turns the others, and transient
+    ones that kept failing, into :class:`~agency_runtime.LLMCallError` chained to the
+    original. ``kind`` says what went wrong; ``transient`` defaults to whether ``kind`` is
+    one of :data:`TRANSIENT_KINDS`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ErrorKind = "other",
+        model: str = "",
+        provider: str = "",
+        transient: bool | None = None,
+    ) -> None:
+        self.kind: ErrorKind = kind
+        self.model = model
+        self.provider = provider
+        self.transient = kind in TRANSIENT_KINDS if transient is None else transient
+        super().__init__(message)
+
+    @property
+    def original(self) -> BaseException:
+        """The provider library's exception this error was raised from (else itself)."""
+        cause = self.__cause__
+        return cause if cause is not None else self
 
 
 class StructuredOutputError(AgencyError):

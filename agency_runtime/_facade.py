@@ -19,6 +19,7 @@ from ._boundary._resume import respond_to_interrupts, resume
 from ._boundary._run import run, run_sync
 from ._boundary._runtime import RUNTIME
 from ._checkpoints import create_checkpoint, get_checkpoint, restore
+from ._clock import Clock
 from ._core._branches import run_root
 from ._core._cancel import AbortSignal
 from ._core._context import BranchState, RuntimeContext
@@ -195,6 +196,14 @@ class Agency:
     def register_entry(self, fn: F, name: str | None = None) -> F:
         """Declare ``fn`` as a run entry without a decorator (see :meth:`entry`); returns it."""
         return RUNTIME.entries.declare(fn, name=name)
+
+    def configure(self, *, clock: Clock | None = None) -> Clock:
+        """Configure the runtime: ``clock`` is the time runs started from now on read
+        (leases, guards, TTLs, stored times); returns the clock used before.
+
+        Tests pass :class:`agency_runtime.testing.FakeClock` and advance it by hand.
+        """
+        return RUNTIME.configure(clock=clock)
 
     def preload(self, *, wait: bool = False) -> None:
         """Start importing litellm in a background thread now (it takes seconds).

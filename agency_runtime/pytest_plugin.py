@@ -18,17 +18,34 @@ from typing import Any
 
 import pytest
 
+from ._clock import FakeClock
 from ._core._frame import Frame
 from ._facade import agency
 from ._store import MemoryStore
 
-__all__ = ["agency_fake_model", "agency_frame", "agency_store"]
+__all__ = ["agency_clock", "agency_fake_model", "agency_frame", "agency_store"]
 
 
 @pytest.fixture
 def agency_store() -> MemoryStore:
     """A private, empty in-memory store."""
     return MemoryStore()
+
+
+@pytest.fixture
+def agency_clock() -> Iterator[FakeClock]:
+    """A :class:`~agency_runtime.testing.FakeClock` that runs started in the test read.
+
+    Advance it with ``agency_clock.advance(seconds)``; the system clock is back afterwards.
+    Build stores with ``clock=agency_clock`` when their leases and stored times should
+    follow it too.
+    """
+    clock = FakeClock()
+    previous = agency.configure(clock=clock)
+    try:
+        yield clock
+    finally:
+        agency.configure(clock=previous)
 
 
 @pytest.fixture

@@ -1,4 +1,8 @@
-"""Offline fake LLM models for tests: ``fake/...``, answered in-process.
+"""Test helpers: offline fake LLM models (``fake/...``, answered in-process) and a fake clock.
+
+:class:`FakeClock` moves only when a test advances it; ``agency.configure(clock=...)`` (or
+the ``agency_clock`` pytest fixture) gives new runs that clock, and stores take one with
+``clock=``: leases, guards, TTLs and stored times then follow it, so nothing sleeps.
 
 The fake provider itself is production code (it also powers ``AGENCY_MODEL=fake/echo`` and
 the demo) and lives in :mod:`agency_runtime._llm._fake`; this module re-exports its public
@@ -50,6 +54,7 @@ model through litellm (its real code path), for tests of the litellm provider.
 
 from __future__ import annotations
 
+from ._clock import FakeClock
 from ._llm._fake import (
     FAKE_PROVIDER,
     FakeModel,
@@ -62,6 +67,7 @@ from ._llm._fake import (
 
 __all__ = [
     "FAKE_PROVIDER",
+    "FakeClock",
     "FakeModel",
     "FakeModelExhausted",
     "FakeRequest",

@@ -31,9 +31,9 @@ from typing import Any
 import anyio
 
 from agency_runtime import DEFAULT_STORE_URL, agency
-from agency_runtime.demo import offline_assistant_reply
 from agency_runtime.testing import FakeModel, FakeRequest
 from turn_kit import TurnArgs, agency_ctx, define_turn_context
+from turn_kit.demo import offline_assistant_reply
 from turn_kit.telegram import (
     BotApiTransport,
     FakeBotApi,

@@ -48,8 +48,9 @@ class Runtime:
         self.entries = entries if entries is not None else EntryRegistry()
         self.clock = clock
 
-    def configure(self, *, clock: Clock | None = None) -> None:
-        """Use ``clock`` from now on for runs started after the call."""
+    def configure(self, *, clock: Clock | None = None) -> Clock:
+        """Use ``clock`` for runs started from now on; return the clock used before."""
+        previous = self.clock
         if clock is not None:
             if not isinstance(clock, Clock):
                 raise InvalidArgumentError(
@@ -57,6 +58,7 @@ class Runtime:
                     f"got {type(clock).__name__}"
                 )
             self.clock = clock
+        return previous
 
     def __repr__(self) -> str:
         return f"<Runtime clock={self.clock!r}>"

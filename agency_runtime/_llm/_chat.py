@@ -40,6 +40,7 @@ from .._errors import (
     AgencyError,
     InvalidArgumentError,
     LLMCallError,
+    NoModelError,
     StructuredOutputError,
 )
 from .._guards import charge, gate
@@ -81,7 +82,7 @@ def _is_empty(prompt: object) -> bool:
 def _resolve_model(frame: Frame, model: str | None) -> str:
     chosen = model or frame.ctx.model or os.environ.get("AGENCY_MODEL")
     if not chosen:
-        raise AgencyError(
+        raise NoModelError(
             "agency.llm needs a model: pass model='provider/name', run with "
             "agency.run(..., model=...), or set AGENCY_MODEL (offline: AGENCY_MODEL=fake/echo)"
         )

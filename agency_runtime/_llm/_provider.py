@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from .._errors import AgencyError
+from .._errors import TRANSIENT_KINDS, ErrorKind, ProviderError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -45,13 +45,6 @@ __all__ = [
 DEFAULT_TIMEOUT = 120.0
 """Seconds one provider request may take (litellm's own default is 6000 s)."""
 
-ErrorKind = Literal[
-    "timeout", "rate_limit", "server", "connection", "bad_request", "auth", "not_found", "other"
-]
-"""What went wrong at the provider, as far as the seam cares."""
-
-TRANSIENT_KINDS: frozenset[str] = frozenset({"timeout", "rate_limit", "server", "connection"})
-"""The kinds that are worth retrying: the same request may well succeed in a moment."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,38 +139,6 @@ class EmbedResponse:
     cost: float | None = None
     """US dollars, or ``None`` when unknown."""
     raw: Any = field(default=None, repr=False, compare=False)
-
-
-class ProviderError(AgencyError):
-    """A provider request failed; ``transient`` says whether retrying it may help.
-
-    Providers raise it ``from`` their library's exception (the original is then
-    :attr:`original`); the seam retries transient errors and turns the others, and transient
-    ones that kept failing, into :class:`~agency_runtime.LLMCallError` chained to the
-    original. ``kind`` says what went wrong; ``transient`` defaults to whether ``kind`` is
-    one of :data:`TRANSIENT_KINDS`.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        kind: ErrorKind = "other",
-        model: str = "",
-        provider: str = "",
-        transient: bool | None = None,
-    ) -> None:
-        self.kind: ErrorKind = kind
-        self.model = model
-        self.provider = provider
-        self.transient = kind in TRANSIENT_KINDS if transient is None else transient
-        super().__init__(message)
-
-    @property
-    def original(self) -> BaseException:
-        """The provider library's exception this error was raised from (else itself)."""
-        cause = self.__cause__
-        return cause if cause is not None else self
 
 
 @runtime_checkable
