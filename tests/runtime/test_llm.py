@@ -330,7 +330,7 @@ async def test_no_model_anywhere_is_a_clear_agency_error(store: MemoryStore) -> 
     result = await _model_answer(store, run_model=None, call_model=None)
     assert result.status == "failed"
     assert result.error is not None
-    assert result.error.type == "AgencyError"
+    assert result.error.type == "NoModelError"
     assert "AGENCY_MODEL" in result.error.message
 
 
