@@ -1,13 +1,15 @@
 """agency_runtime: durable, budgeted, multi-turn LLM agents.
 
-The public surface is the :data:`agency` namespace plus the data shapes and exceptions
-re-exported here. Importing this package is cheap: litellm is imported lazily, on the first
-LLM call.
+The public surface is the :data:`agency` namespace plus the data shapes, protocols and
+exceptions re-exported here — exactly the names the README lists under *Public names* (a
+test holds the two equal). Everything else is private (modules with a leading underscore).
+Importing this package is cheap: litellm is imported lazily, on the first call that needs it.
 """
 
+from ._clock import Clock
 from ._core._cancel import AbortSignal
-from ._core._context import BranchState, RuntimeContext
-from ._core._frame import CallsiteLocation, Frame
+from ._core._context import RuntimeContext
+from ._core._frame import CallsiteLocation
 from ._core._threads import (
     Message,
     MessageThread,
@@ -22,6 +24,7 @@ from ._errors import (
     CheckpointError,
     EntryImportError,
     EntryNotAllowedError,
+    EventLoopRunningError,
     GuardApproveError,
     GuardExceededError,
     HandlerRecursionError,
@@ -31,8 +34,11 @@ from ._errors import (
     LLMCallError,
     LockReentryError,
     LockTimeoutError,
+    NoModelError,
     NondeterminismError,
+    NotInRunError,
     OutsideFrameError,
+    ProviderError,
     RestoreSignal,
     ResultSerializationError,
     RunConflictError,
@@ -47,22 +53,41 @@ from ._errors import (
     StoreUnavailableError,
     StructuredOutputError,
 )
-from ._facade import Agency, agency
+from ._facade import agency
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
+from ._llm._provider import (
+    ChatProvider,
+    ChatRequest,
+    ChatResponse,
+    EmbedRequest,
+    EmbedResponse,
+    StreamEnd,
+    TextDelta,
+    Usage,
+)
+from ._llm._registry import register_provider, unregister_provider
 from ._locks import HeldLock
 from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
 from ._scope import ResumableScope, ResumableScopeOpts
-from ._store import DEFAULT_STORE_URL, MemoryStore, RunRecord, SqliteStore, Store, open_store
+from ._store import (
+    DEFAULT_STORE_URL,
+    DocumentStore,
+    LockTable,
+    MemoryIndex,
+    MemoryStore,
+    RunLog,
+    SqliteStore,
+    Store,
+    open_store,
+)
 from ._types import (
     Checkpoint,
     ErrorInfo,
     Interrupt,
-    InterruptAnswer,
     InterruptResponse,
-    Journal,
     JournalEntry,
-    MemoryRecord,
+    RunRecord,
     RunResult,
     RunStatus,
 )
@@ -72,19 +97,24 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_STORE_URL",
     "AbortSignal",
-    "Agency",
     "AgencyCancelledError",
     "AgencyError",
-    "BranchState",
     "CallsiteLocation",
+    "ChatProvider",
+    "ChatRequest",
+    "ChatResponse",
     "Checkpoint",
     "CheckpointError",
+    "Clock",
     "ConversationMemory",
     "CostGuard",
+    "DocumentStore",
+    "EmbedRequest",
+    "EmbedResponse",
     "EntryImportError",
     "EntryNotAllowedError",
     "ErrorInfo",
-    "Frame",
+    "EventLoopRunningError",
     "GuardApproveError",
     "GuardExceededError",
     "Handler",
@@ -92,24 +122,26 @@ __all__ = [
     "HandlerRecursionError",
     "HeldLock",
     "Interrupt",
-    "InterruptAnswer",
     "InterruptAnswerError",
     "InterruptResponse",
     "InvalidArgumentError",
-    "Journal",
     "JournalCorruptError",
     "JournalEntry",
     "LLMCallError",
     "LockReentryError",
+    "LockTable",
     "LockTimeoutError",
     "MemoryConfig",
+    "MemoryIndex",
     "MemoryItem",
-    "MemoryRecord",
     "MemoryStore",
     "Message",
     "MessageThread",
+    "NoModelError",
     "NondeterminismError",
+    "NotInRunError",
     "OutsideFrameError",
+    "ProviderError",
     "QueuedMessage",
     "RestoreSignal",
     "ResultSerializationError",
@@ -118,6 +150,7 @@ __all__ = [
     "RunConflictError",
     "RunFailedError",
     "RunInterruptedError",
+    "RunLog",
     "RunNotFoundError",
     "RunPaused",
     "RunPausedError",
@@ -132,16 +165,21 @@ __all__ = [
     "StoreError",
     "StoreSchemaError",
     "StoreUnavailableError",
+    "StreamEnd",
     "StructuredOutputError",
+    "TextDelta",
     "ThreadInfo",
     "ThreadStore",
     "ThreadStoreData",
     "TimeGuard",
+    "Usage",
     "__version__",
     "agency",
     "approve",
     "open_store",
     "pass_",
     "propagate",
+    "register_provider",
     "reject",
+    "unregister_provider",
 ]

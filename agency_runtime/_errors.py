@@ -316,14 +316,12 @@ class LLMCallError(AgencyError):
 
 
 class ProviderError(AgencyError):
-    """A provider request failed; ``transient`` says whether retrying it may help.
+    """A provider request failed; ``transient`` says whether retrying it may help."""
 
-    Providers raise it ``from`` their library's exception (the original is then
-    :attr:`original`); the seam retries transient errors and turns the others, and transient
-    ones that kept failing, into :class:`~agency_runtime.LLMCallError` chained to the
-    original. ``kind`` says what went wrong; ``transient`` defaults to whether ``kind`` is
-    one of :data:`TRANSIENT_KINDS`.
-    """
+    # Providers raise it ``from`` their library's exception (then :attr:`original`); the
+    # seam retries transient errors and turns the others, and transient ones that kept
+    # failing, into LLMCallError chained to it. ``kind`` says what went wrong; ``transient``
+    # defaults to whether ``kind`` is one of TRANSIENT_KINDS.
 
     def __init__(
         self,

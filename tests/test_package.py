@@ -25,6 +25,26 @@ def test_importing_the_packages_does_not_import_litellm() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def _documented_names() -> set[str]:
+    """The names the README lists under *Public names*."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Public names", 1)[1]
+    block = section.split("```text", 1)[1].split("```", 1)[0]
+    names: set[str] = set()
+    for line in block.splitlines():
+        words = line.split(":", 1)[1] if ":" in line else line
+        names.update(words.split())
+    return names
+
+
+def test_the_public_surface_is_exactly_the_documented_names() -> None:
+    exported = set(agency_runtime.__all__)
+    documented = _documented_names()
+    assert exported - documented == set(), "exported but not documented in the README"
+    assert documented - exported == set(), "documented in the README but not exported"
+    assert len(agency_runtime.__all__) == len(exported), "__all__ lists a name twice"
+
+
 def test_every_public_name_is_importable() -> None:
     for package in (agency_runtime, turn_kit):
         for name in package.__all__:

@@ -6,12 +6,14 @@ Everything the runtime keeps for the whole process lives in one :class:`Runtime`
 * ``journals`` — journals of runs this process paused, so answering one needs no reload;
 * ``entries`` — the entries declared, named or run here (the trust model of the store);
 * ``locks`` — the global locks this process holds (``agency.lock(..., scope="global")``);
+* ``providers`` — which LLM provider answers which model prefix;
 * ``clock`` — the time leases, waits, guards and TTLs read.
 
 The facade and the run boundary take them from :data:`RUNTIME`; layers below receive what
-they need explicitly or from the run's context (its store and clock). The two registries a
-lower layer must reach outside any run — the open stores (``agency_runtime._store``) and the
-held global locks (``agency_runtime._locks``) — live with their concept, and the root refers
+they need explicitly or from the run's context (its store and clock). The registries a lower
+layer must reach outside any run — the open stores (``agency_runtime._store``), the held
+global locks (``agency_runtime._locks``) and the provider routing (``agency_runtime._llm``)
+— live with their concept, and the root refers
 to those very objects, so this class is still the one place that lists them all.
 :meth:`Runtime.configure` swaps the clock (tests drive a fake one).
 """
@@ -22,6 +24,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._durable._entries import EntryRegistry
 from .._durable._journal import PausedJournals
 from .._errors import InvalidArgumentError
+from .._llm._registry import PROVIDERS, ProviderRegistry
 from .._locks import HELD, HeldLocks
 from .._store._url import STORES, StoreRegistry
 
@@ -31,19 +34,21 @@ __all__ = ["RUNTIME", "Runtime"]
 class Runtime:
     """The process's registries (see the module docstring)."""
 
-    __slots__ = ("clock", "entries", "journals", "locks", "stores")
+    __slots__ = ("clock", "entries", "journals", "locks", "providers", "stores")
 
     def __init__(
         self,
         *,
         stores: StoreRegistry,
         locks: HeldLocks,
+        providers: ProviderRegistry,
         journals: PausedJournals | None = None,
         entries: EntryRegistry | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.stores = stores
         self.locks = locks
+        self.providers = providers
         self.journals = journals if journals is not None else PausedJournals()
         self.entries = entries if entries is not None else EntryRegistry()
         self.clock = clock
@@ -64,5 +69,5 @@ class Runtime:
         return f"<Runtime clock={self.clock!r}>"
 
 
-RUNTIME = Runtime(stores=STORES, locks=HELD)
+RUNTIME = Runtime(stores=STORES, locks=HELD, providers=PROVIDERS)
 """The process's runtime: the one place process-wide state lives."""

@@ -1,9 +1,10 @@
-"""Which provider answers a model string: routed by the model's prefix.
+"""Which provider answers a model: routing by the model string's prefix.
 
-``provider_for("fake/echo")`` is the offline fake provider (:mod:`._fake`, imported the
-first time a ``fake/`` model is used); a prefix registered with :func:`register_provider`
-goes to its provider; every other model goes to the default provider, litellm
-(:mod:`._litellm`, which imports litellm itself only when a request needs it).
+``fake/...`` goes to the offline fake provider (:mod:`._fake`, imported on first use);
+a prefix registered with :func:`register_provider` to its provider; everything else to
+litellm (:mod:`._litellm`), the default, which imports litellm only when it is first asked.
+Routing itself never imports a provider library. The process's routing table is one
+:class:`ProviderRegistry`, :data:`PROVIDERS`, which the composition root refers to.
 """
 
 from __future__ import annotations
@@ -14,52 +15,76 @@ import threading
 from .._errors import InvalidArgumentError
 from ._provider import ChatProvider
 
-__all__ = ["default_provider", "provider_for", "register_provider", "unregister_provider"]
+__all__ = [
+    "PROVIDERS",
+    "ProviderRegistry",
+    "default_provider",
+    "provider_for",
+    "register_provider",
+    "unregister_provider",
+]
 
-_lock = threading.Lock()
-_providers: dict[str, ChatProvider] = {}
 _BUILT_IN: dict[str, tuple[str, str]] = {"fake": ("agency_runtime._llm._fake", "PROVIDER")}
 """Prefixes served by a provider of this package: (module, attribute), imported on first use."""
-_default: ChatProvider | None = None
 
 
-def register_provider(prefix: str, provider: ChatProvider) -> ChatProvider | None:
-    """Route every model ``"<prefix>/..."`` to ``provider``; return the one it replaces.
+class ProviderRegistry:
+    """Model prefix → provider, plus the default provider (litellm, made on first use)."""
 
-    A prefix is the part of the model string before its first ``/`` (``"fake"`` for
-    ``"fake/echo"``). Registering one of this package's own prefixes (``fake``) replaces
-    the built-in provider until :func:`unregister_provider`.
-    """
-    if not isinstance(prefix, str) or not prefix or "/" in prefix or prefix != prefix.strip():
-        raise InvalidArgumentError(
-            f"a provider prefix is the model string's part before '/', e.g. 'fake'; got {prefix!r}"
-        )
-    if not isinstance(provider, ChatProvider):
-        raise InvalidArgumentError(
-            f"provider must implement ChatProvider (complete, stream, embed, supports_schema); "
-            f"got {type(provider).__name__}"
-        )
-    with _lock:
-        previous = _providers.get(prefix)
-        _providers[prefix] = provider
-    return previous if previous is not None else _built_in(prefix)
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._providers: dict[str, ChatProvider] = {}
+        self._built_ins: dict[str, ChatProvider] = {}
+        self._default: ChatProvider | None = None
 
+    def register(self, prefix: str, provider: ChatProvider) -> ChatProvider | None:
+        """Route every model ``"<prefix>/..."`` to ``provider``; return the one it replaces.
 
-def unregister_provider(prefix: str) -> None:
-    """Route ``"<prefix>/..."`` models as if :func:`register_provider` never named it."""
-    with _lock:
-        _providers.pop(prefix, None)
+        A prefix is the part of the model string before its first ``/`` (``"fake"`` for
+        ``"fake/echo"``). Registering one of this package's own prefixes (``fake``) replaces
+        the built-in provider until :meth:`unregister`.
+        """
+        if not isinstance(prefix, str) or not prefix or "/" in prefix or prefix != prefix.strip():
+            raise InvalidArgumentError(
+                "a provider prefix is the model string's part before '/', e.g. 'fake'; "
+                f"got {prefix!r}"
+            )
+        if not isinstance(provider, ChatProvider):
+            raise InvalidArgumentError(
+                "provider must implement ChatProvider (complete, stream, embed, "
+                f"supports_schema); got {type(provider).__name__}"
+            )
+        with self._lock:
+            previous = self._providers.get(prefix)
+            self._providers[prefix] = provider
+        return previous if previous is not None else _built_in(prefix)
 
+    def unregister(self, prefix: str) -> None:
+        """Route ``"<prefix>/..."`` models as if :meth:`register` never named it."""
+        with self._lock:
+            self._providers.pop(prefix, None)
 
-def default_provider() -> ChatProvider:
-    """The provider of models whose prefix nobody registered: litellm."""
-    global _default
-    provider = _default
-    if provider is None:
-        from ._litellm import LITELLM_PROVIDER
+    def default(self) -> ChatProvider:
+        """The provider of models whose prefix nobody registered: litellm."""
+        provider = self._default
+        if provider is None:
+            from ._litellm import LITELLM_PROVIDER
 
-        provider = _default = LITELLM_PROVIDER
-    return provider
+            provider = self._default = LITELLM_PROVIDER
+        return provider
+
+    def provider_for(self, model: str) -> ChatProvider:
+        """The provider that answers ``model`` (never imports a provider library itself)."""
+        prefix, slash, _ = model.partition("/")
+        if slash:
+            provider = self._providers.get(prefix) or self._built_ins.get(prefix)
+            if provider is not None:
+                return provider
+            built_in = _built_in(prefix)
+            if built_in is not None:
+                with self._lock:
+                    return self._built_ins.setdefault(prefix, built_in)
+        return self.default()
 
 
 def _built_in(prefix: str) -> ChatProvider | None:
@@ -72,15 +97,25 @@ def _built_in(prefix: str) -> ChatProvider | None:
     return found
 
 
+PROVIDERS = ProviderRegistry()
+"""The process's routing table."""
+
+
+def register_provider(prefix: str, provider: ChatProvider) -> ChatProvider | None:
+    """Route every model ``"<prefix>/..."`` to ``provider`` (:meth:`ProviderRegistry.register`)."""
+    return PROVIDERS.register(prefix, provider)
+
+
+def unregister_provider(prefix: str) -> None:
+    """Undo :func:`register_provider` for ``prefix``."""
+    PROVIDERS.unregister(prefix)
+
+
+def default_provider() -> ChatProvider:
+    """The provider of models whose prefix nobody registered: litellm."""
+    return PROVIDERS.default()
+
+
 def provider_for(model: str) -> ChatProvider:
     """The provider that answers ``model`` (never imports a provider library itself)."""
-    prefix, slash, _ = model.partition("/")
-    if slash:
-        provider = _providers.get(prefix)
-        if provider is not None:
-            return provider
-        found = _built_in(prefix)
-        if found is not None:
-            with _lock:
-                return _providers.setdefault(prefix, found)
-    return default_provider()
+    return PROVIDERS.provider_for(model)

@@ -38,7 +38,7 @@ at what a module imports)::
     _state         per-run state: MemoryFrame, MemoryState, MEMORY_STATE   → _config
     _persistence   _Place: documents, dir= files, keyword index; EmbeddingIndex
                                                                 → _config, _graph, _state
-    _embeddings    embed (litellm.aembedding); _ranking calls it as
+    _embeddings    embed (through the LLM provider seam); _ranking calls it as
                    ``_embeddings.embed``, so tests replace it there   (nothing in the package)
     _ranking       keyword / embedding candidates, fusion, fallback
                                          → _config, _graph, _persistence, _embeddings

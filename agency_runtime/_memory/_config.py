@@ -101,7 +101,7 @@ class MemoryConfig(BaseModel):
       memory frame.
     * ``model``: the model for memory's own LLM calls (default: the run's model).
     * ``embeddings_model``: when set, ``recall`` also ranks entities by the cosine
-      similarity of ``litellm.aembedding`` vectors (cached per entity).
+      similarity of embedding vectors from the model's provider (cached per entity).
     * ``llm_filter``: let an LLM call pick the relevant candidates in ``recall``.
     """
 

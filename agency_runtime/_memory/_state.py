@@ -31,7 +31,7 @@ _STORE_IDENTITY = "<run store>"
 
 
 class MemoryState:
-    """The ``agency.memory`` state of one run, kept on ``RuntimeContext.memory``."""
+    """The ``agency.memory`` state of one run, kept on its context under ``MEMORY_STATE``."""
 
     __slots__ = ("_lock", "_store", "execution", "frames", "memory_id")
 

@@ -14,7 +14,6 @@ import pytest
 from agency_runtime import (
     AgencyError,
     InvalidArgumentError,
-    MemoryRecord,
     MemoryStore,
     SqliteStore,
     Store,
@@ -28,6 +27,7 @@ from agency_runtime._memory._conversation import (
     MemoryItem,
     SaveReceipt,
 )
+from agency_runtime._types import MemoryRecord
 
 pytestmark = pytest.mark.anyio
 

@@ -9,15 +9,15 @@ import pytest
 from agency_runtime import (
     AbortSignal,
     AgencyCancelledError,
-    BranchState,
     CallsiteLocation,
-    Frame,
     InvalidArgumentError,
     OutsideFrameError,
     RuntimeContext,
     ThreadStore,
     agency,
 )
+from agency_runtime._core._context import BranchState
+from agency_runtime._core._frame import Frame
 
 pytestmark = pytest.mark.anyio
 

@@ -24,7 +24,6 @@ from agency_runtime import (
     GuardExceededError,
     InvalidArgumentError,
     LLMCallError,
-    MemoryRecord,
     MemoryStore,
     OutsideFrameError,
     RuntimeContext,
@@ -46,6 +45,7 @@ from agency_runtime._memory import (
     MemoryState,
 )
 from agency_runtime._memory._merge import _apply_extraction
+from agency_runtime._types import MemoryRecord
 from agency_runtime.testing import FakeModel, FakeRequest
 
 pytestmark = pytest.mark.anyio

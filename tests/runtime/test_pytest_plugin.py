@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from agency_runtime import Frame, MemoryStore, agency
+from agency_runtime import MemoryStore, agency
+from agency_runtime._core._frame import Frame
 
 pytestmark = pytest.mark.anyio
 

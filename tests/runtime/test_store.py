@@ -322,7 +322,7 @@ async def test_a_large_wal_is_truncated_when_a_run_finishes(
 
 
 def memory(item_id: str, content: str, tags: list[str], at: float, **extra: object) -> Any:
-    from agency_runtime import MemoryRecord
+    from agency_runtime._types import MemoryRecord
 
     return MemoryRecord(
         id=item_id, namespace="ns", content=content, tags=tags, created_at=at, **extra
