@@ -283,7 +283,8 @@ class FakeModel:
             raise errors.exhausted(self, _exhausted_message(self, position, index))
         return self.replies[position]
 
-    def _answer_sync(self, request: FakeRequest, errors: _Errors) -> str:
+    def answer_sync(self, request: FakeRequest, errors: _Errors) -> str:
+        """Answer ``request`` (recorded in :attr:`calls`); for the litellm adapter's sync path."""
         index = self._record(request)
         if self.latency:
             time.sleep(self.latency)
@@ -295,7 +296,9 @@ class FakeModel:
             plan = result
         return _as_text(self, plan)
 
-    async def _answer_async(self, request: FakeRequest, errors: _Errors) -> str:
+    async def answer(self, request: FakeRequest, errors: _Errors) -> str:
+        """Answer ``request`` (recorded in :attr:`calls`), raising failures as ``errors`` make
+        them: the seam's provider errors, or litellm's exceptions for the litellm adapter."""
         index = self._record(request)
         if self.latency:
             await anyio.sleep(self.latency)
@@ -307,7 +310,8 @@ class FakeModel:
             plan = result
         return _as_text(self, plan)
 
-    async def _embed(self, texts: list[str], errors: _Errors) -> list[list[float]]:
+    async def embed_texts(self, texts: list[str], errors: _Errors) -> list[list[float]]:
+        """Embed ``texts`` (recorded in :attr:`embed_calls`), failing as ``errors`` make it."""
         with self._call_lock:
             self.embed_calls.append(list(texts))
             index = self._embedded
@@ -753,7 +757,7 @@ class FakeProvider:
     async def _text(self, fake: FakeModel, request: ChatRequest) -> tuple[FakeRequest, str]:
         seen = _seam_request(fake, request)
         try:
-            return seen, await fake._answer_async(seen, _SEAM_ERRORS)
+            return seen, await fake.answer(seen, _SEAM_ERRORS)
         except AgencyError:
             raise
         except Exception as exc:
@@ -787,7 +791,7 @@ class FakeProvider:
         fake = _find(request.model)
         if fake.via_litellm:
             return await _litellm_provider().embed(request)
-        vectors = await fake._embed(list(request.texts), _SEAM_ERRORS)
+        vectors = await fake.embed_texts(list(request.texts), _SEAM_ERRORS)
         usage = embed_usage(request.texts)
         return EmbedResponse(vectors=vectors, usage=usage, cost=fake.cost(usage))
 

@@ -190,7 +190,7 @@ def _complete_sync(
 ) -> Any:
     fake = _find(model)
     request = _request(fake.name, messages, optional_params, timeout)
-    return _response(fake, request, fake._answer_sync(request, _ERRORS))
+    return _response(fake, request, fake.answer_sync(request, _ERRORS))
 
 
 async def _complete_async(
@@ -198,13 +198,13 @@ async def _complete_async(
 ) -> Any:
     fake = _find(model)
     request = _request(fake.name, messages, optional_params, request_timeout)
-    return _response(fake, request, await fake._answer_async(request, _ERRORS))
+    return _response(fake, request, await fake.answer(request, _ERRORS))
 
 
 async def _embed(model: str, texts: list[Any], model_response: Any) -> Any:
     fake = _find(model)
     strings = [str(text) for text in texts]
-    vectors = await fake._embed(strings, _ERRORS)
+    vectors = await fake.embed_texts(strings, _ERRORS)
     usage = embed_usage(strings)
     litellm = _litellm()
     model_response.model = fake.model
