@@ -354,6 +354,7 @@ async def _await_grant(waiter: _Waiter, run_lock: _RunLock, request: _Request) -
 
 # -- scope="global": tickets in the store ----------------------------------------------------
 
+
 class HeldLocks:
     """The global locks this process holds: (store url, name) → (owner, ticket).
 

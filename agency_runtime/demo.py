@@ -53,6 +53,7 @@ def demo_parts() -> list[tuple[str, DemoPart]]:
         parts.append((point.name, point.load()))
     return parts
 
+
 STEP_RUNS: dict[str, int] = {}
 
 

@@ -33,6 +33,7 @@ from agency_runtime import (
 )
 from agency_runtime._boundary._runtime import RUNTIME
 from agency_runtime.cli import main
+from tests.forked import ForkServer
 
 # -- module-level entries (importable by module:qualname) ------------------------------------
 
@@ -727,30 +728,28 @@ def _child_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+# A new process for each command: forked by the fork server (tests/forked.py), set up as
+# ``python -m agency_runtime ...`` / ``python -c ...`` would be. ``python -m agency_runtime``
+# and the console script themselves are run as real interpreters below.
+
+
 def _agency(
-    *argv: str, cwd: Path, env: dict[str, str] | None = None
+    server: ForkServer, *argv: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agency_runtime", *argv],
-        capture_output=True,
-        text=True,
+    return server.run(
+        "module",
+        "agency_runtime",
+        *argv,
         timeout=120,
         cwd=cwd,
         env=env if env is not None else _child_env(),
-        check=False,
     )
 
 
-def _python(code: str, *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=env,
-        check=False,
-    )
+def _python(
+    server: ForkServer, code: str, *, cwd: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    done = server.run("code", code, timeout=120, cwd=cwd, env=env)
     assert done.returncode == 0, done.stderr
     return done
 
@@ -833,7 +832,7 @@ def test_a_final_runs_resume_imports_nothing(
 
 @pytest.mark.slow
 def test_the_cli_refuses_a_stored_os_system_entry_in_a_new_process(
-    url: str, runs: dict[str, str], tmp_path: Path
+    url: str, runs: dict[str, str], tmp_path: Path, fork_server: ForkServer
 ) -> None:
     if shutil.which("touch") is None:
         pytest.skip("needs the touch command")
@@ -841,11 +840,15 @@ def test_the_cli_refuses_a_stored_os_system_entry_in_a_new_process(
     _as_os_system(url, "paused-1", marker)
     _as_os_system(url, "failed-1", marker)
 
-    answered = _agency("runs", "respond", "paused-1", "--approve", "--store", url, cwd=tmp_path)
+    answered = _agency(
+        fork_server, "runs", "respond", "paused-1", "--approve", "--store", url, cwd=tmp_path
+    )
     assert answered.returncode == 1, answered.stdout + answered.stderr
     assert answered.stderr.startswith("agency: error: not importing 'os'")
     assert "Traceback" not in answered.stderr
-    resumed = _agency("runs", "resume", "failed-1", "--store", url, "--json", cwd=tmp_path)
+    resumed = _agency(
+        fork_server, "runs", "resume", "failed-1", "--store", url, "--json", cwd=tmp_path
+    )
     assert resumed.returncode == 1
     assert json.loads(resumed.stdout)["error"]["type"] == "EntryNotAllowedError"
     assert not marker.exists()
@@ -913,12 +916,15 @@ def refund_moved_here(n: int) -> int:
 
 
 @pytest.mark.slow
-def test_only_declared_entries_resume_in_a_new_process(tmp_path: Path) -> None:
+def test_only_declared_entries_resume_in_a_new_process(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
     (tmp_path / "trust_app.py").write_text(_TRUST_APP)
     (tmp_path / "trust_moved.py").write_text(_TRUST_MOVED)
     url = f"sqlite:///{tmp_path / 'app.db'}"
     env = _child_env(AGENCY_STORE=url)
     started = _python(
+        fork_server,
         "import trust_app\n"
         "from agency_runtime import agency\n"
         "for name in ('plain', 'declared', 'registered', 'named'):\n"
@@ -931,23 +937,25 @@ def test_only_declared_entries_resume_in_a_new_process(tmp_path: Path) -> None:
     assert stored["named"] == "trust-refund"  # a named entry is recorded by its name
     assert stored["declared"] == "trust_app:declared"
 
-    refused = _agency("runs", "resume", "plain", cwd=tmp_path, env=env)
+    refused = _agency(fork_server, "runs", "resume", "plain", cwd=tmp_path, env=env)
     assert refused.returncode == 1
     message = refused.stderr
     assert message.startswith("agency: error: the stored entry 'trust_app:plain' is not declared")
     for how in ("@agency.entry", "agency.register_entry", "--import MODULE", "AGENCY_IMPORTS"):
         assert how in message
     for name, value in (("declared", 3), ("registered", 4)):
-        done = _agency("runs", "resume", name, cwd=tmp_path, env=env)
+        done = _agency(fork_server, "runs", "resume", name, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
         assert f"run {name}: completed" in done.stdout
         assert f"value: {value}" in done.stdout
 
-    unnamed = _agency("runs", "resume", "named", cwd=tmp_path, env=env)
+    unnamed = _agency(fork_server, "runs", "resume", "named", cwd=tmp_path, env=env)
     assert unnamed.returncode == 1
     assert "named 'trust-refund'" in unnamed.stderr
     assert "--import MODULE" in unnamed.stderr
-    moved = _agency("runs", "resume", "named", "--import", "trust_moved", cwd=tmp_path, env=env)
+    moved = _agency(
+        fork_server, "runs", "resume", "named", "--import", "trust_moved", cwd=tmp_path, env=env
+    )
     assert moved.returncode == 0, moved.stderr
     assert "value: 41" in moved.stdout  # the name found the function where it lives now
 
@@ -972,7 +980,7 @@ def job(run: str) -> str:
 
 @pytest.mark.slow
 def test_import_and_agency_imports_name_a_module_outside_the_working_directory(
-    tmp_path: Path,
+    tmp_path: Path, fork_server: ForkServer
 ) -> None:
     library, work = tmp_path / "lib", tmp_path / "work"
     library.mkdir()
@@ -981,6 +989,7 @@ def test_import_and_agency_imports_name_a_module_outside_the_working_directory(
     url = f"sqlite:///{tmp_path / 'out.db'}"
     env = _child_env(AGENCY_STORE=url, PYTHONPATH=str(library))
     started = _python(
+        fork_server,
         "from outside_app import job\n"
         "from agency_runtime import agency\n"
         "for run in ('o-1', 'o-2'):\n"
@@ -990,11 +999,13 @@ def test_import_and_agency_imports_name_a_module_outside_the_working_directory(
     )
     assert started.stdout.split() == ["failed", "failed"]
 
-    refused = _agency("runs", "resume", "o-1", cwd=work, env=env)
+    refused = _agency(fork_server, "runs", "resume", "o-1", cwd=work, env=env)
     assert refused.returncode == 1
     assert "not importing 'outside_app'" in refused.stderr
     assert "not under the working directory" in refused.stderr
-    done = _agency("runs", "resume", "o-1", "--import", "outside_app", cwd=work, env=env)
+    done = _agency(
+        fork_server, "runs", "resume", "o-1", "--import", "outside_app", cwd=work, env=env
+    )
     assert done.returncode == 0, done.stderr
     assert 'value: "o-1 done"' in done.stdout
 
@@ -1002,8 +1013,10 @@ def test_import_and_agency_imports_name_a_module_outside_the_working_directory(
         "import anyio\nfrom agency_runtime import agency\nprint(anyio.run(agency.resume, 'o-2'))"
     )
     with pytest.raises(AssertionError, match="EntryNotAllowedError"):
-        _python(resume, cwd=work, env=env)
-    resumed = _python(resume, cwd=work, env={**env, "AGENCY_IMPORTS": "json, outside_app"})
+        _python(fork_server, resume, cwd=work, env=env)
+    resumed = _python(
+        fork_server, resume, cwd=work, env={**env, "AGENCY_IMPORTS": "json, outside_app"}
+    )
     assert "status='completed'" in resumed.stdout
     assert "value='o-2 done'" in resumed.stdout
 

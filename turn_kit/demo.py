@@ -48,6 +48,7 @@ async def telegram_demo(store: str, model: str | None, session: str) -> bool:
     conversation through a Bot API served on loopback; the last update is delivered again
     and gets no second reply. Returns whether everything went as it should.
     """
+
     def offline(request: FakeRequest) -> str:
         return offline_assistant_reply(str(request.messages[-1]["content"]))
 

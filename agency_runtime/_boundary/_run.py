@@ -9,7 +9,6 @@ is detected when its lease expires, and the waiter takes the run over.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
@@ -501,7 +500,7 @@ def run_sync(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult:
     loop; there, ``await agency.run(...)``.
     """
     try:
-        asyncio.get_running_loop()
+        anyio.get_current_task()  # asyncio or trio: any event loop anyio knows
     except RuntimeError:
         pass
     else:

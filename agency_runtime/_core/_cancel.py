@@ -48,8 +48,8 @@ class AbortSignal:
         self._parent = parent
         self._deadline: float | None = None
         self._expire: Callable[[], BaseException] | None = None
-        self._clock: Clock = clock if clock is not None else (
-            parent._clock if parent is not None else SYSTEM_CLOCK
+        self._clock: Clock = (
+            clock if clock is not None else (parent._clock if parent is not None else SYSTEM_CLOCK)
         )
         if parent is not None:
             parent.add_callback(self.abort)

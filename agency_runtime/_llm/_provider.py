@@ -46,7 +46,6 @@ DEFAULT_TIMEOUT = 120.0
 """Seconds one provider request may take (litellm's own default is 6000 s)."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class Usage:
     """Tokens one request consumed, as the provider counted them."""

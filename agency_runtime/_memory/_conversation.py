@@ -283,9 +283,7 @@ class ConversationMemory:
         if not id_list:
             return 0
         try:
-            return await self.store().expire_memory(
-                self._namespace, id_list, at=self._now()
-            )
+            return await self.store().expire_memory(self._namespace, id_list, at=self._now())
         except AgencyError:
             raise
         except Exception as exc:

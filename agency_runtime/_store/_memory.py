@@ -339,9 +339,7 @@ class MemoryStore:
         if terms:
             tokens = {id(item): text_tokens(item.content) for item in everything}
             candidates = [i for i in items if any(t in tokens[id(i)] for t in terms)]
-            scores = bm25_scores(
-                terms, [tokens[id(i)] for i in candidates], list(tokens.values())
-            )
+            scores = bm25_scores(terms, [tokens[id(i)] for i in candidates], list(tokens.values()))
             matched = list(zip(scores, candidates, strict=True))
         if matched:  # the best bm25 first (lower is better), then the newest: as SQLite orders
             matched.sort(key=lambda pair: (pair[0], [-x for x in newest(pair[1])]))

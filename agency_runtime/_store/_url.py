@@ -30,6 +30,8 @@ DEFAULT_STORE_URL = "sqlite:///./.agency/agency.db"
 """The store used when neither ``store=`` nor ``AGENCY_STORE`` says otherwise."""
 
 _SCHEMES = "sqlite:///path.db, sqlite:////absolute/path.db, memory:// or memory://NAME"
+
+
 class StoreRegistry:
     """The stores this process opened: one instance per URL (``memory://NAME`` included).
 

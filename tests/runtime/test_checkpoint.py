@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,29 +11,14 @@ from pydantic_core import from_json
 from agency_runtime import (
     Checkpoint,
     CheckpointError,
-    MemoryStore,
     OutsideFrameError,
     RestoreSignal,
     ResumableScope,
-    SqliteStore,
     Store,
     agency,
 )
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """Every run test runs on both the in-process store and the SQLite store."""
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    sqlite = SqliteStore(tmp_path / "checkpoints.db")
-    try:
-        yield sqlite
-    finally:
-        sqlite.close()
 
 
 # -- ids and contents (test frames) ----------------------------------------------------------

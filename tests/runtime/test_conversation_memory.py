@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,13 +46,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "m.db")
-    yield made
-    made.close()
 
 
 @pytest.fixture
@@ -510,11 +503,12 @@ async def test_inside_a_run_the_runs_store_is_used(monkeypatch: pytest.MonkeyPat
 
 
 async def test_outside_a_run_agency_store_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENCY_STORE", "memory://conv-test")
+    url = f"memory://conv-test-{uuid.uuid4().hex}"  # a named store lives as long as the process
+    monkeypatch.setenv("AGENCY_STORE", url)
     memory = ConversationMemory()
     receipt = await memory.save("from the environment", tags=["conv-env-test"])
     assert receipt is not None
-    env_store = open_store("memory://conv-test")
+    env_store = open_store(url)
     found = await env_store.recall_memory(
         namespace="conversations", query="", tags=["conv-env-test"], scope=None, limit=8, now=2e9
     )
@@ -524,7 +518,7 @@ async def test_outside_a_run_agency_store_is_used(monkeypatch: pytest.MonkeyPatc
 async def test_a_test_frame_without_a_store_falls_back_to_agency_store(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("AGENCY_STORE", "memory://conv-test-frame")
+    monkeypatch.setenv("AGENCY_STORE", f"memory://conv-test-frame-{uuid.uuid4().hex}")
     memory = ConversationMemory()
     with agency.test_context():
         receipt = await memory.save("in a test frame", tags=["conv-frame"])

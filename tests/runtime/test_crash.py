@@ -15,8 +15,8 @@ Two kinds of kill:
   returned: no sleep positions a self-kill.
 * external kills: the test polls the ledger (bounded by a deadline) until a chosen line
   shows up and then sends SIGKILL from outside, so the kill lands wherever the worker is.
-  Only these runs give each step a little work (``STEP_DELAY``, between its two lines), so
-  that the worker is still running when the signal arrives.
+  Only these runs give the steps from the chosen one on a little work (``STEP_DELAY``,
+  between a step's two lines), so that the worker is still running when the signal arrives.
 
 After each kill the test reads the committed steps straight from the database file
 (read-only), then runs the worker again to completion in a new process. The ledger is cut
@@ -26,6 +26,13 @@ again, and the final result is ``sum(range(N))``.
 
 The run keeps its default 30 s lease: the next process sees that the holder's pid on this
 machine is gone and takes the run over at once, which is the path a restarted worker takes.
+
+Workers are forked by a fork server (``tests/forked.py``) that imported the runtime once: each
+is still a process of its own (its own pid, killed by a real SIGKILL), without paying for a
+new interpreter and its imports every time.
+
+Waiting is bounded and never positions a kill by time alone: a self-kill is placed by code;
+an external kill polls the ledger (a short, bounded poll of another process's file).
 """
 
 from __future__ import annotations
@@ -36,12 +43,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.forked import ForkedProcess, ForkServer
 
 pytestmark = [
     pytest.mark.slow,
@@ -68,6 +76,7 @@ N = int(os.environ["STEPS"])
 KILL_PHASE = os.environ.get("KILL_PHASE", "")
 KILL_AT = int(os.environ.get("KILL_AT", "-1"))
 STEP_DELAY = float(os.environ.get("STEP_DELAY", "0"))
+SLOW_FROM = int(os.environ.get("SLOW_FROM", "0"))
 
 
 def note(line):
@@ -87,8 +96,8 @@ def make_step(i):
         die("before_start", i)
         note(f"start {i}")
         die("after_start", i)
-        if STEP_DELAY:
-            time.sleep(STEP_DELAY)
+        if STEP_DELAY and i >= SLOW_FROM:
+            time.sleep(STEP_DELAY)  # a little work, so the worker still runs when killed
         note(f"end {i}")
         die("after_end", i)
         return i
@@ -130,30 +139,32 @@ class Kill:
 class Crash:
     """A worker script, its ledger and database, and the history of kills."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, server: ForkServer) -> None:
+        self.server = server
         self.script = tmp_path / "worker.py"
         self.script.write_text(WORKER)
         self.ledger = tmp_path / "ledger.txt"
         self.ledger.touch()
         self.db = tmp_path / "runs.db"
         self.kills: list[Kill] = []
+        self.started = 0
 
     # -- processes ----------------------------------------------------------------------
 
-    def start(self, **env: str) -> subprocess.Popen[str]:
+    def start(self, **env: str) -> ForkedProcess:
         full = {k: v for k, v in os.environ.items() if k not in ("KILL_PHASE", "KILL_AT")}
         full.update(LEDGER=str(self.ledger), DB=str(self.db), STEPS=str(N))
         full.update(env)
-        return subprocess.Popen(
-            [sys.executable, str(self.script)],
+        self.started += 1
+        return self.server.start(
+            "script",
+            self.script,
             env=full,
             cwd=self.script.parent,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            output=self.script.parent / f"worker-{self.started}",
         )
 
-    def _reap_killed(self, proc: subprocess.Popen[str]) -> None:
+    def _reap_killed(self, proc: ForkedProcess) -> None:
         try:
             _, err = proc.communicate(timeout=DEADLINE)
         except subprocess.TimeoutExpired:
@@ -170,8 +181,12 @@ class Crash:
         self._reap_killed(self.start(KILL_PHASE=phase, KILL_AT=str(at)))
 
     def external_kill(self, line: str, *, after: float = 0.0, step_delay: float = 0.02) -> None:
-        """Run a worker; SIGKILL it from outside ``after`` s after ``line`` is in the ledger."""
-        proc = self.start(STEP_DELAY=str(step_delay))
+        """Run a worker; SIGKILL it from outside ``after`` s after ``line`` is in the ledger.
+
+        The steps from the one of ``line`` on take ``step_delay`` s each (the ones before it
+        have no work to do): the worker is still running when the signal arrives.
+        """
+        proc = self.start(STEP_DELAY=str(step_delay), SLOW_FROM=line.split()[1])
         deadline = time.monotonic() + DEADLINE
         try:
             while line not in self.lines():
@@ -179,9 +194,9 @@ class Crash:
                     pytest.fail(f"the worker exited ({proc.returncode}) before {line!r}")
                 if time.monotonic() > deadline:
                     pytest.fail(f"the ledger did not reach {line!r} within {DEADLINE}s")
-                time.sleep(0.001)
+                time.sleep(0.001)  # a short poll of the worker's ledger file
             if after:
-                time.sleep(after)
+                time.sleep(after)  # lands the kill a little later inside the step
             os.kill(proc.pid, signal.SIGKILL)
         except BaseException:
             proc.kill()
@@ -343,9 +358,9 @@ def _expected(phase: str, i: int) -> tuple[int, int | None]:
 
 @pytest.mark.parametrize(("phase", "at"), SELF_KILLS, ids=[f"{p}-{i}" for p, i in SELF_KILLS])
 def test_self_kill_at_an_exact_place_resumes_without_loss_or_repeat(
-    tmp_path: Path, phase: str, at: int
+    tmp_path: Path, fork_server: ForkServer, phase: str, at: int
 ) -> None:
-    crash = Crash(tmp_path)
+    crash = Crash(tmp_path, fork_server)
     crash.self_kill(phase, at)
     committed, rerun = _expected(phase, at)
     assert crash.kills[0].committed == list(range(committed))
@@ -368,9 +383,9 @@ EXTERNAL_KILLS = [
     ("line", "after"), EXTERNAL_KILLS, ids=[line.replace(" ", "-") for line, _ in EXTERNAL_KILLS]
 )
 def test_external_kill_resumes_without_loss_or_repeat(
-    tmp_path: Path, line: str, after: float
+    tmp_path: Path, fork_server: ForkServer, line: str, after: float
 ) -> None:
-    crash = Crash(tmp_path)
+    crash = Crash(tmp_path, fork_server)
     crash.external_kill(line, after=after)
     reexecuted = crash.check(crash.finish())
     assert len(reexecuted) == 1
@@ -379,8 +394,8 @@ def test_external_kill_resumes_without_loss_or_repeat(
 # -- killed again while resuming -------------------------------------------------------------
 
 
-def test_two_kills_in_a_row_then_completion(tmp_path: Path) -> None:
-    crash = Crash(tmp_path)
+def test_two_kills_in_a_row_then_completion(tmp_path: Path, fork_server: ForkServer) -> None:
+    crash = Crash(tmp_path, fork_server)
     crash.self_kill("after_start", 5)
     crash.self_kill("after_end", 17)
     reexecuted = crash.check(crash.finish())
@@ -393,8 +408,10 @@ def test_two_kills_in_a_row_then_completion(tmp_path: Path) -> None:
     assert crash.lines() == lines
 
 
-def test_two_external_kills_in_a_row_then_completion(tmp_path: Path) -> None:
-    crash = Crash(tmp_path)
+def test_two_external_kills_in_a_row_then_completion(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
+    crash = Crash(tmp_path, fork_server)
     crash.external_kill("start 5")
     crash.external_kill("end 17")
     reexecuted = crash.check(crash.finish())

@@ -13,6 +13,9 @@ new process to completion, and checks what the store holds:
 * ``restore``: a restore with a ``globals=`` override, killed right after the rewind took
   effect. The rewind, the restore count and the override are one transaction: the resumed
   run does not restore again.
+
+Workers are forked by the fork server of ``tests/forked.py`` (real processes of their own, that
+do not pay for a new interpreter and its imports each time).
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.forked import ForkServer
 
 pytestmark = [
     pytest.mark.slow,
@@ -158,7 +162,9 @@ SCENARIOS = {"sibling": SIBLING, "memory": MEMORY, "restore": RESTORE}
 
 
 class Worker:
-    def __init__(self, tmp_path: Path, scenario: str) -> None:
+    def __init__(self, tmp_path: Path, scenario: str, server: ForkServer) -> None:
+        self.server = server
+        self.runs = 0
         self.script = tmp_path / f"{scenario}.py"
         self.script.write_text(COMMON + SCENARIOS[scenario])
         self.db = tmp_path / "runs.db"
@@ -168,15 +174,21 @@ class Worker:
     def run(self, *, kill: bool) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "DB": str(self.db), "LEDGER": str(self.ledger)}
         env["KILL"] = "1" if kill else "0"
-        return subprocess.run(
-            [sys.executable, str(self.script)],
+        self.runs += 1
+        process = self.server.start(
+            "script",
+            self.script,
             env=env,
             cwd=self.script.parent,
-            capture_output=True,
-            text=True,
-            timeout=DEADLINE,
-            check=False,
+            output=self.script.parent / f"worker-{self.runs}",
         )
+        try:
+            out, err = process.communicate(timeout=DEADLINE)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+        return subprocess.CompletedProcess(process.pid, process.returncode or 0, out, err)
 
     def killed(self) -> None:
         done = self.run(kill=True)
@@ -198,8 +210,10 @@ class Worker:
             conn.close()
 
 
-def test_a_kill_while_a_sibling_step_is_in_flight_bills_it_once(tmp_path: Path) -> None:
-    worker = Worker(tmp_path, "sibling")
+def test_a_kill_while_a_sibling_step_is_in_flight_bills_it_once(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
+    worker = Worker(tmp_path, "sibling", fork_server)
     worker.killed()
     assert worker.lines() == ["first ran", "second ran"]
     # The committed step holds its own spend, not the run's total with the sibling's in it.
@@ -212,8 +226,10 @@ def test_a_kill_while_a_sibling_step_is_in_flight_bills_it_once(tmp_path: Path) 
     assert worker.query("SELECT cost_pico FROM runs") == [(11 * 10**12,)]
 
 
-def test_a_kill_between_a_memory_save_and_its_step_commit_saves_once(tmp_path: Path) -> None:
-    worker = Worker(tmp_path, "memory")
+def test_a_kill_between_a_memory_save_and_its_step_commit_saves_once(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
+    worker = Worker(tmp_path, "memory", fork_server)
     worker.killed()
     assert len([line for line in worker.lines() if line.startswith("saved")]) == 1
     outcome = worker.finished()
@@ -224,8 +240,10 @@ def test_a_kill_between_a_memory_save_and_its_step_commit_saves_once(tmp_path: P
     assert worker.query("SELECT COUNT(*) FROM memory_items") == [(1,)]
 
 
-def test_a_kill_right_after_a_restore_does_not_restore_again(tmp_path: Path) -> None:
-    worker = Worker(tmp_path, "restore")
+def test_a_kill_right_after_a_restore_does_not_restore_again(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
+    worker = Worker(tmp_path, "restore", fork_server)
     worker.killed()
     assert worker.lines() == ["executing fixed=None", "executing fixed=True"]
     outcome = worker.finished()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -25,14 +25,16 @@ from agency_runtime import (
     Interrupt,
     InterruptResponse,
     InvalidArgumentError,
-    MemoryStore,
     ResumableScope,
+    RuntimeContext,
+    Store,
     agency,
     approve,
     reject,
 )
 from agency_runtime._core._frame import current_frame
-from agency_runtime.testing import FakeModel
+from agency_runtime.testing import FakeClock, FakeModel
+from tests.support import advance_when_blocked
 
 pytestmark = pytest.mark.anyio
 
@@ -67,13 +69,20 @@ class Recorder:
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
+def test_frame() -> Iterator[None]:
+    with agency.test_context():
+        yield
 
 
 @pytest.fixture
-def test_frame() -> Iterator[None]:
-    with agency.test_context():
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def timed_frame(clock: FakeClock) -> Iterator[None]:
+    """A test frame whose time guards run on ``clock`` (the test moves time)."""
+    with agency.test_context(ctx=RuntimeContext(clock=clock)):
         yield
 
 
@@ -312,7 +321,7 @@ async def test_guards_are_shared_by_task_group_branches(test_frame: None) -> Non
     assert agency.ctx().cost == pytest.approx(0.11)
 
 
-async def test_three_branches_add_cost_into_the_run(store: MemoryStore) -> None:
+async def test_three_branches_add_cost_into_the_run(store: Store) -> None:
     async def entry() -> list[float]:
         async def branch(i: int) -> None:
             agency.add_cost(i)
@@ -327,7 +336,7 @@ async def test_three_branches_add_cost_into_the_run(store: MemoryStore) -> None:
     assert result.cost == 6.0
 
 
-async def test_cost_trip_in_a_run_fails_it_with_the_guard_error(store: MemoryStore) -> None:
+async def test_cost_trip_in_a_run_fails_it_with_the_guard_error(store: Store) -> None:
     async def entry() -> None:
         async with agency.cost_guard(0.01):
             agency.add_cost(0.05)
@@ -364,7 +373,7 @@ async def test_an_llm_trip_asks_after_the_call_and_an_approval_adds_budget(
     assert len(fake.calls) == 1
 
 
-async def test_handlers_inside_the_tripped_guard_cannot_answer(store: MemoryStore) -> None:
+async def test_handlers_inside_the_tripped_guard_cannot_answer(store: Store) -> None:
     inside = Recorder(approve({"max_cost": 1}))
     with pricey() as fake:
 
@@ -474,7 +483,7 @@ async def test_an_approval_message_is_queued_and_delivered_before_the_next_promp
 
 
 async def test_an_unanswered_trip_pauses_the_run_and_an_approval_completes_it(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     with pricey() as fake:
 
@@ -503,7 +512,7 @@ async def test_an_unanswered_trip_pauses_the_run_and_an_approval_completes_it(
     assert done.cost == pytest.approx(CALL_COST + 0.01)
 
 
-async def test_rejecting_a_paused_trip_fails_the_run(store: MemoryStore) -> None:
+async def test_rejecting_a_paused_trip_fails_the_run(store: Store) -> None:
     with pricey() as fake:
 
         async def entry() -> str:
@@ -521,7 +530,7 @@ async def test_rejecting_a_paused_trip_fails_the_run(store: MemoryStore) -> None
 # -- budgets survive resume ------------------------------------------------------------------------
 
 
-async def test_replayed_spend_still_counts_toward_the_guard(store: MemoryStore) -> None:
+async def test_replayed_spend_still_counts_toward_the_guard(store: Store) -> None:
     attempts = {"flaky": 0}
 
     def flaky() -> None:
@@ -556,7 +565,7 @@ async def test_replayed_spend_still_counts_toward_the_guard(store: MemoryStore) 
     assert error.limit == 0.1
 
 
-async def test_a_grant_made_in_a_completed_step_survives_a_resume(store: MemoryStore) -> None:
+async def test_a_grant_made_in_a_completed_step_survives_a_resume(store: Store) -> None:
     handler = Recorder(approve({"max_cost": 0.1}))
     attempts = {"flaky": 0}
 
@@ -590,7 +599,7 @@ async def test_a_grant_made_in_a_completed_step_survives_a_resume(store: MemoryS
     assert len(handler.heard) == 1  # the grant came from the journal, not a second question
 
 
-async def test_a_human_grant_survives_a_later_failure(store: MemoryStore) -> None:
+async def test_a_human_grant_survives_a_later_failure(store: Store) -> None:
     attempts = {"flaky": 0}
 
     def flaky() -> None:
@@ -620,53 +629,85 @@ async def test_a_human_grant_survives_a_later_failure(store: MemoryStore) -> Non
 # -- time guards -----------------------------------------------------------------------------------
 
 
-async def test_a_time_guard_stops_a_sleep(test_frame: None) -> None:
-    started = time.monotonic()
-    with pytest.raises(GuardExceededError) as info:
-        async with agency.time_guard(0.05) as guard:
-            await anyio.sleep(1)
-    elapsed = time.monotonic() - started
-    assert elapsed < 0.8
+# Time guards run on the frame's clock: a FakeClock here, moved by ``advance_when_blocked``
+# once the work is in flight. The work "sleeps" 1 s of that clock; the guard's 0.05 s timer
+# falls due first and must cancel it (were it not to, the sleep would end and nothing raise).
+
+
+async def test_a_time_guard_stops_a_sleep(clock: FakeClock, timed_frame: None) -> None:
+    finished: list[bool] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(advance_when_blocked, clock, 0.05, 1)
+        with pytest.raises(GuardExceededError) as info:  # noqa: PT012 - the block is the subject
+            async with agency.time_guard(0.05) as guard:
+                await clock.sleep(1)
+                finished.append(True)
+    assert finished == []  # stopped at 0.05 s, long before the sleep's end
     error = info.value
     assert error.type == "time"
     assert error.limit == 0.05
-    assert error.spent >= 0.05
+    assert error.spent == pytest.approx(0.05)
     assert error.guard_id == guard.guard_id
 
 
-async def test_with_time_guard_stops_slow_work(test_frame: None) -> None:
-    started = time.monotonic()
-    with pytest.raises(GuardExceededError) as info:
-        await agency.with_time_guard(0.05, lambda: anyio.sleep(1))
+async def test_with_time_guard_stops_slow_work(clock: FakeClock, timed_frame: None) -> None:
+    finished: list[bool] = []
+
+    async def slow() -> None:
+        await clock.sleep(1)
+        finished.append(True)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(advance_when_blocked, clock, 0.05, 1)
+        with pytest.raises(GuardExceededError) as info:
+            await agency.with_time_guard(0.05, slow)
     assert info.value.type == "time"
-    assert time.monotonic() - started < 0.8
+    assert info.value.spent == pytest.approx(0.05)
+    assert finished == []
 
 
-def cooperative_loop(signal: AbortSignal) -> int:
-    """CPU-style work that only stops when ``signal`` fires (or after 2 s, as a safety net)."""
-    rounds = 0
-    deadline = time.monotonic() + 2
-    while not signal.aborted and time.monotonic() < deadline:
-        rounds += 1
-        time.sleep(0.005)
-    return rounds
+async def test_on_the_system_clock_a_time_guard_trips_at_its_deadline(test_frame: None) -> None:
+    """The real clock's path (the guard sets its cancel scope's deadline), kept covered."""
+    with anyio.fail_after(10):  # a safety net: without the guard the block would never end
+        with pytest.raises(GuardExceededError) as info:
+            async with agency.time_guard(0.01):
+                await anyio.sleep_forever()
+    assert info.value.type == "time"
+    assert info.value.spent >= 0.01
 
 
-async def test_a_time_guard_fires_the_abort_signal_seen_inside(test_frame: None) -> None:
+def cooperative_loop(signal: AbortSignal) -> str:
+    """CPU-style work that only stops when ``signal`` fires (or after 10 s, as a safety net).
+
+    Returns why it stopped: ``"signal"``, or ``"safety net"`` when the signal never fired.
+    """
+    deadline = time.monotonic() + 10
+    while not signal.aborted:  # a worker thread cannot await: it polls, with a deadline
+        if time.monotonic() > deadline:
+            return "safety net"
+        time.sleep(0.001)  # one round of work
+    return "signal"
+
+
+async def test_a_time_guard_fires_the_abort_signal_seen_inside(
+    clock: FakeClock, timed_frame: None
+) -> None:
     outer_signal = agency.abort_signal()
     seen: dict[str, Any] = {}
-    started = time.monotonic()
-    with pytest.raises(GuardExceededError) as info:  # noqa: PT012 - the block is the subject
-        async with agency.time_guard(0.05):
-            signal = agency.abort_signal()
-            seen["signal"] = signal
-            # A worker thread cannot be cancelled: only the signal can stop its loop.
-            seen["rounds"] = await anyio.to_thread.run_sync(cooperative_loop, signal)
-            seen["stopped_after"] = time.monotonic() - started
-            await anyio.sleep(0.5)  # the next await in the block is cancelled
-            seen["not reached"] = True
+    async with anyio.create_task_group() as group:
+        group.start_soon(advance_when_blocked, clock, 0.05)
+        with pytest.raises(GuardExceededError) as info:  # noqa: PT012 - the block is the subject
+            async with agency.time_guard(0.05):
+                signal = agency.abort_signal()
+                seen["signal"] = signal
+                # A worker thread cannot be cancelled: only the signal can stop its loop.
+                seen["stopped by"] = await anyio.to_thread.run_sync(cooperative_loop, signal)
+                seen["stopped at"] = clock.monotonic()
+                await anyio.lowlevel.checkpoint()  # the next await in the block is cancelled
+                seen["not reached"] = True
     assert info.value.type == "time"
-    assert seen["stopped_after"] < 1
+    assert seen["stopped by"] == "signal"
+    assert seen["stopped at"] == pytest.approx(0.05)
     assert "not reached" not in seen
     signal = seen["signal"]
     assert signal is not outer_signal
@@ -676,11 +717,18 @@ async def test_a_time_guard_fires_the_abort_signal_seen_inside(test_frame: None)
     assert not outer_signal.aborted  # the guard's signal is the block's, not the run's
 
 
-async def test_a_cooperatively_stopped_block_still_raises_the_time_trip(test_frame: None) -> None:
-    with pytest.raises(GuardExceededError) as info:
-        async with agency.time_guard(0.05):
-            await anyio.to_thread.run_sync(cooperative_loop, agency.abort_signal())
+async def test_a_cooperatively_stopped_block_still_raises_the_time_trip(
+    clock: FakeClock, timed_frame: None
+) -> None:
+    stopped: list[str] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(advance_when_blocked, clock, 0.05)
+        with pytest.raises(GuardExceededError) as info:  # noqa: PT012 - the block is the subject
+            async with agency.time_guard(0.05):
+                signal = agency.abort_signal()
+                stopped.append(await anyio.to_thread.run_sync(cooperative_loop, signal))
     assert info.value.type == "time"
+    assert stopped == ["signal"]  # the block ended by itself, and still raised the trip
 
 
 async def test_a_cost_guard_never_fires_the_abort_signal(test_frame: None) -> None:
@@ -695,14 +743,21 @@ async def test_a_cost_guard_never_fires_the_abort_signal(test_frame: None) -> No
     assert not agency.abort_signal().aborted
 
 
-async def test_a_time_guard_trip_in_a_run_fails_the_run(store: MemoryStore) -> None:
+async def test_a_time_guard_trip_in_a_run_fails_the_run(
+    make_store: Callable[..., Store], fake_clock: FakeClock
+) -> None:
+    store = make_store(clock=fake_clock)
+    finished: list[bool] = []
+
     async def entry() -> None:
         async with agency.time_guard(0.05):
-            await anyio.sleep(5)
+            await agency.ctx().clock.sleep(5)  # the run's clock is the fake one
+            finished.append(True)
 
-    started = time.monotonic()
-    result = await agency.run(entry, store=store)
-    assert time.monotonic() - started < 2
+    async with anyio.create_task_group() as group:
+        group.start_soon(advance_when_blocked, fake_clock, 0.05, 5)
+        result = await agency.run(entry, store=store)
+    assert finished == []
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.type == "GuardExceededError"
@@ -811,10 +866,12 @@ async def test_an_add_cost_trip_says_which_guard_and_what_to_do(test_frame: None
     assert "max_cost" in message
 
 
-async def test_a_time_guard_trip_says_seconds(test_frame: None) -> None:
-    with pytest.raises(GuardExceededError) as info:
-        async with agency.time_guard(0.05):
-            await anyio.sleep(1)
+async def test_a_time_guard_trip_says_seconds(clock: FakeClock, timed_frame: None) -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(advance_when_blocked, clock, 0.05, 1)
+        with pytest.raises(GuardExceededError) as info:
+            async with agency.time_guard(0.05):
+                await clock.sleep(1)
     message = str(info.value)
     assert message.startswith("time guard time-guard:")
     assert "exceeded its budget of 0.05 seconds" in message

@@ -8,8 +8,6 @@ Covers DESIGN.md §4 "Pause, interrupts and handlers", §7 (handler and
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -32,7 +30,7 @@ from agency_runtime import (
     RunPaused,
     RunPausedError,
     RunResult,
-    SqliteStore,
+    Store,
     agency,
     approve,
     pass_,
@@ -60,11 +58,6 @@ def _reset_state() -> None:
     spy_calls.clear()
 
 
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
-
-
 def bump(name: str) -> int:
     counts[name] = counts.get(name, 0) + 1
     return counts[name]
@@ -74,7 +67,7 @@ async def status_of(run_id: str, store: Any) -> str:
     return (await agency.runs.get(run_id, store=store)).status
 
 
-async def pending_answers(run_id: str, store: MemoryStore) -> dict[str, InterruptResponse | None]:
+async def pending_answers(run_id: str, store: Store) -> dict[str, InterruptResponse | None]:
     journal = await store.load_journal(run_id)
     return {a.interrupt.interrupt_id: a.response for a in journal.answers}
 
@@ -169,7 +162,7 @@ async def ask_in_parallel() -> dict[str, Any]:
     return await agency.with_resumable_scope("par", body)
 
 
-async def paused_run(store: MemoryStore, entry: Any = ask_once, run_id: str = "r1") -> RunResult:
+async def paused_run(store: Store, entry: Any = ask_once, run_id: str = "r1") -> RunResult:
     result = await agency.run(entry, run_id=run_id, store=store)
     assert result.status == "paused", result
     return result
@@ -286,7 +279,7 @@ async def test_propagate_beats_approvals_in_a_test_frame() -> None:
     assert visits == ["inner", "outer"]
 
 
-async def test_propagate_beats_approvals_in_a_run(store: MemoryStore) -> None:
+async def test_propagate_beats_approvals_in_a_run(store: Store) -> None:
     visits: list[str] = []
 
     async def entry() -> str:
@@ -425,7 +418,7 @@ async def test_a_handlers_own_interrupt_with_nobody_to_answer_is_a_rejection() -
     assert "ask-a-human" in nested[0].value
 
 
-async def test_a_handlers_own_interrupt_does_not_pause_a_run(store: MemoryStore) -> None:
+async def test_a_handlers_own_interrupt_does_not_pause_a_run(store: Store) -> None:
     nested: list[InterruptResponse] = []
 
     async def handler(intr: Interrupt) -> InterruptResponse:
@@ -484,7 +477,7 @@ async def test_handlers_nested_a_few_deep_are_fine() -> None:
 
 
 async def test_with_no_handler_the_run_pauses_and_nothing_after_the_interrupt_runs(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     result = await agency.run(ask_once, run_id="pause-1", store=store)
     assert result.status == "paused"
@@ -506,7 +499,7 @@ async def test_with_no_handler_the_run_pauses_and_nothing_after_the_interrupt_ru
     assert [i.interrupt_id for i in stored.interrupts] == [intr.interrupt_id]
 
 
-async def test_an_interrupt_round_trips_through_json(store: MemoryStore) -> None:
+async def test_an_interrupt_round_trips_through_json(store: Store) -> None:
     intr = (await paused_run(store)).interrupts[0]
     again = Interrupt.model_validate_json(intr.model_dump_json())
     assert again == intr
@@ -530,7 +523,7 @@ async def test_interrupt_ids_are_deterministic() -> None:
 
 
 async def test_except_exception_in_the_entry_does_not_swallow_the_pause(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     assert issubclass(RunPaused, BaseException)
     assert not issubclass(RunPaused, Exception)
@@ -556,7 +549,7 @@ async def test_except_exception_in_the_entry_does_not_swallow_the_pause(
 # -- answering --------------------------------------------------------------------------------
 
 
-async def test_answering_with_a_list_completes_the_run(store: MemoryStore) -> None:
+async def test_answering_with_a_list_completes_the_run(store: Store) -> None:
     result = await paused_run(store)
     done = await agency.respond_to_interrupts(result.interrupts, [approve("ok")], store=store)
     assert done.status == "completed"
@@ -567,7 +560,7 @@ async def test_answering_with_a_list_completes_the_run(store: MemoryStore) -> No
     assert await status_of("r1", store) == "completed"
 
 
-async def test_answering_with_a_dict_keyed_by_interrupt_id(store: MemoryStore) -> None:
+async def test_answering_with_a_dict_keyed_by_interrupt_id(store: Store) -> None:
     result = await paused_run(store)
     key = result.interrupts[0].interrupt_id
     done = await agency.respond_to_interrupts(
@@ -577,14 +570,14 @@ async def test_answering_with_a_dict_keyed_by_interrupt_id(store: MemoryStore) -
     assert done.value == "reject:{'reason': 'no'}"
 
 
-async def test_answering_with_the_paused_run_result(store: MemoryStore) -> None:
+async def test_answering_with_the_paused_run_result(store: Store) -> None:
     result = await paused_run(store)
     done = await agency.respond_to_interrupts(result, [approve(7)], store=store)
     assert done.status == "completed"
     assert done.value == "approve:7"
 
 
-async def test_answering_with_interrupts_as_json_dicts(store: MemoryStore) -> None:
+async def test_answering_with_interrupts_as_json_dicts(store: Store) -> None:
     result = await paused_run(store)
     as_json = [i.model_dump(mode="json") for i in result.interrupts]
     done = await agency.respond_to_interrupts(as_json, [approve("json")], store=store)
@@ -592,7 +585,7 @@ async def test_answering_with_interrupts_as_json_dicts(store: MemoryStore) -> No
 
 
 async def test_completed_steps_are_not_rerun_and_the_answer_reaches_the_code(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     result = await paused_run(store, ask_in_steps)
     assert counts == {"prepare": 1, "ask": 1}
@@ -604,7 +597,7 @@ async def test_completed_steps_are_not_rerun_and_the_answer_reaches_the_code(
 
 
 async def test_on_resume_the_recorded_answer_is_returned_without_running_handlers(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     result = await paused_run(store, ask_with_handler_on_second_execution)
     flags["second"] = True
@@ -614,7 +607,7 @@ async def test_on_resume_the_recorded_answer_is_returned_without_running_handler
     assert spy_calls == []
 
 
-async def test_a_run_is_idempotent_after_answers(store: MemoryStore) -> None:
+async def test_a_run_is_idempotent_after_answers(store: Store) -> None:
     result = await paused_run(store, ask_in_steps)
     done = await agency.respond_to_interrupts(result, [approve("go")], store=store)
     again = await agency.run(ask_in_steps, run_id="r1", store=store)
@@ -626,7 +619,7 @@ async def test_a_run_is_idempotent_after_answers(store: MemoryStore) -> None:
 # -- several interrupts -----------------------------------------------------------------------
 
 
-async def test_two_interrupts_in_sequence_in_one_step(store: MemoryStore) -> None:
+async def test_two_interrupts_in_sequence_in_one_step(store: Store) -> None:
     result = await paused_run(store, ask_twice_in_one_step)
     assert [i.effect for i in result.interrupts] == ["first"]
     assert side == []
@@ -646,7 +639,7 @@ async def test_two_interrupts_in_sequence_in_one_step(store: MemoryStore) -> Non
     assert counts == {"both": 3}
 
 
-async def test_two_interrupts_in_parallel_children_of_a_task_group(store: MemoryStore) -> None:
+async def test_two_interrupts_in_parallel_children_of_a_task_group(store: Store) -> None:
     result = await paused_run(store, ask_in_parallel)
     assert sorted(i.message for i in result.interrupts) == ["a", "b"]
     assert len({i.interrupt_id for i in result.interrupts}) == 2
@@ -661,7 +654,7 @@ async def test_two_interrupts_in_parallel_children_of_a_task_group(store: Memory
     assert side == ["joined"]
 
 
-async def test_parallel_interrupts_answered_with_a_list(store: MemoryStore) -> None:
+async def test_parallel_interrupts_answered_with_a_list(store: Store) -> None:
     result = await paused_run(store, ask_in_parallel)
     answers = [reject(i.data["who"]) for i in result.interrupts]
     done = await agency.respond_to_interrupts(result, answers, store=store)
@@ -672,7 +665,7 @@ async def test_parallel_interrupts_answered_with_a_list(store: MemoryStore) -> N
 # -- bad answers ------------------------------------------------------------------------------
 
 
-async def assert_still_answerable(result: RunResult, store: MemoryStore) -> None:
+async def assert_still_answerable(result: RunResult, store: Store) -> None:
     """A refused call stored nothing: the run is paused, its answers empty, and answerable."""
     assert await status_of(result.run_id, store) == "paused"
     answers = await pending_answers(result.run_id, store)
@@ -686,7 +679,7 @@ async def assert_still_answerable(result: RunResult, store: MemoryStore) -> None
     assert done.status == "completed"
 
 
-async def test_the_wrong_number_of_answers_is_refused(store: MemoryStore) -> None:
+async def test_the_wrong_number_of_answers_is_refused(store: Store) -> None:
     result = await paused_run(store, ask_in_parallel)
     with pytest.raises(InterruptAnswerError, match="2 interrupt") as info:
         await agency.respond_to_interrupts(result, [approve()], store=store)
@@ -698,7 +691,7 @@ async def test_the_wrong_number_of_answers_is_refused(store: MemoryStore) -> Non
     await assert_still_answerable(result, store)
 
 
-async def test_a_dict_with_an_unknown_or_a_missing_id_is_refused(store: MemoryStore) -> None:
+async def test_a_dict_with_an_unknown_or_a_missing_id_is_refused(store: Store) -> None:
     result = await paused_run(store, ask_in_parallel)
     a, b = result.interrupts
     with pytest.raises(InterruptAnswerError, match="intr_bogus"):
@@ -717,9 +710,7 @@ async def test_a_dict_with_an_unknown_or_a_missing_id_is_refused(store: MemorySt
     [propagate(), pass_(), "yes", None, {"type": "maybe"}],
     ids=["propagate", "pass_", "str", "None", "bad-dict"],
 )
-async def test_an_answer_that_is_not_approve_or_reject_is_refused(
-    store: MemoryStore, bad: Any
-) -> None:
+async def test_an_answer_that_is_not_approve_or_reject_is_refused(store: Store, bad: Any) -> None:
     result = await paused_run(store, ask_in_parallel)
     with pytest.raises(InterruptAnswerError, match="approve"):
         await agency.respond_to_interrupts(result, [approve(), bad], store=store)
@@ -731,7 +722,7 @@ async def test_an_answer_that_is_not_approve_or_reject_is_refused(
     await assert_still_answerable(result, store)
 
 
-async def test_answering_a_completed_run_is_refused(store: MemoryStore) -> None:
+async def test_answering_a_completed_run_is_refused(store: Store) -> None:
     result = await paused_run(store)
     done = await agency.respond_to_interrupts(result, [approve("ok")], store=store)
     assert done.status == "completed"
@@ -743,7 +734,7 @@ async def test_answering_a_completed_run_is_refused(store: MemoryStore) -> None:
     assert (await agency.run(ask_once, run_id="r1", store=store)).value == "approve:ok"
 
 
-async def test_answering_an_interrupt_twice_is_refused(store: MemoryStore) -> None:
+async def test_answering_an_interrupt_twice_is_refused(store: Store) -> None:
     result = await paused_run(store, ask_twice_in_one_step)
     result2 = await agency.respond_to_interrupts(result, [approve(1)], store=store)
     assert result2.status == "paused"
@@ -763,7 +754,7 @@ async def test_answering_an_interrupt_twice_is_refused(store: MemoryStore) -> No
 
 
 async def test_an_unknown_interrupt_id_of_a_paused_run_stores_nothing(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     result = await paused_run(store, ask_in_parallel)
     bogus = result.interrupts[0].model_copy(update={"interrupt_id": "intr_bogus"})
@@ -774,13 +765,13 @@ async def test_an_unknown_interrupt_id_of_a_paused_run_stores_nothing(
     await assert_still_answerable(result, store)
 
 
-async def test_answering_an_unknown_run_raises_run_not_found(store: MemoryStore) -> None:
+async def test_answering_an_unknown_run_raises_run_not_found(store: Store) -> None:
     ghost = Interrupt(interrupt_id="intr_ghost", run_id="no-such-run")
     with pytest.raises(RunNotFoundError, match="no-such-run"):
         await agency.respond_to_interrupts([ghost], [approve()], store=store)
 
 
-async def test_answering_nothing_or_interrupts_of_two_runs_is_refused(store: MemoryStore) -> None:
+async def test_answering_nothing_or_interrupts_of_two_runs_is_refused(store: Store) -> None:
     one = await paused_run(store, run_id="one")
     two = await paused_run(store, run_id="two")
     with pytest.raises(InterruptAnswerError):
@@ -817,7 +808,7 @@ async def test_an_empty_effect_is_refused(effect: str) -> None:
         await agency.interrupt(effect)
 
 
-async def test_non_json_data_inside_a_run_fails_the_run(store: MemoryStore) -> None:
+async def test_non_json_data_inside_a_run_fails_the_run(store: Store) -> None:
     async def entry() -> None:
         await agency.interrupt("x", data=object())
 
@@ -842,7 +833,7 @@ async def test_outside_any_frame_interrupt_raises() -> None:
 # -- more of the chain in a run ---------------------------------------------------------------
 
 
-async def test_in_a_run_the_handler_sees_the_run_id_and_the_origin(store: MemoryStore) -> None:
+async def test_in_a_run_the_handler_sees_the_run_id_and_the_origin(store: Store) -> None:
     seen: list[Interrupt] = []
 
     def handler(intr: Interrupt) -> InterruptResponse:
@@ -870,7 +861,7 @@ async def test_in_a_run_the_handler_sees_the_run_id_and_the_origin(store: Memory
     assert seen[0].interrupt_id != seen[1].interrupt_id
 
 
-async def test_cancellation_is_checked_before_each_handler(store: MemoryStore) -> None:
+async def test_cancellation_is_checked_before_each_handler(store: Store) -> None:
     visits: list[str] = []
 
     def inner(intr: Interrupt) -> InterruptResponse:
@@ -891,7 +882,7 @@ async def test_cancellation_is_checked_before_each_handler(store: MemoryStore) -
     assert side == []
 
 
-async def test_a_handler_that_answered_in_a_completed_step_runs_once(store: MemoryStore) -> None:
+async def test_a_handler_that_answered_in_a_completed_step_runs_once(store: Store) -> None:
     calls: list[str] = []
 
     def handler(intr: Interrupt) -> InterruptResponse:
@@ -921,7 +912,7 @@ async def test_a_handler_that_answered_in_a_completed_step_runs_once(store: Memo
 # -- more pausing and answering ---------------------------------------------------------------
 
 
-async def test_interrupts_in_parallel_steps_all_reach_the_result(store: MemoryStore) -> None:
+async def test_interrupts_in_parallel_steps_all_reach_the_result(store: Store) -> None:
     async def entry() -> dict[str, Any]:
         async def body(s: ResumableScope) -> dict[str, Any]:
             out: dict[str, Any] = {}
@@ -950,7 +941,7 @@ async def test_interrupts_in_parallel_steps_all_reach_the_result(store: MemorySt
     assert done.interrupts == []
 
 
-async def test_answering_some_of_the_interrupts_pauses_on_the_rest(store: MemoryStore) -> None:
+async def test_answering_some_of_the_interrupts_pauses_on_the_rest(store: Store) -> None:
     result = await paused_run(store, ask_in_parallel)
     a, b = sorted(result.interrupts, key=lambda i: i.message)
     partial = await agency.respond_to_interrupts([a], [approve("A")], store=store)
@@ -961,7 +952,7 @@ async def test_answering_some_of_the_interrupts_pauses_on_the_rest(store: Memory
     assert done.value == {"a": "A", "b": "B"}
 
 
-async def test_running_a_paused_run_again_pauses_on_the_same_interrupt(store: MemoryStore) -> None:
+async def test_running_a_paused_run_again_pauses_on_the_same_interrupt(store: Store) -> None:
     first = await paused_run(store)
     again = await agency.run(ask_once, run_id="r1", store=store)
     assert again.status == "paused"
@@ -979,7 +970,7 @@ async def test_answering_through_a_memory_url_in_the_same_process() -> None:
     assert done.value == "approve:url"
 
 
-async def test_answering_a_completed_run_result_is_refused(store: MemoryStore) -> None:
+async def test_answering_a_completed_run_result_is_refused(store: Store) -> None:
     result = await paused_run(store)
     done = await agency.respond_to_interrupts(result, [approve()], store=store)
     with pytest.raises(InterruptAnswerError, match="interrupts"):
@@ -994,7 +985,7 @@ class Ticket(BaseModel):
     title: str
 
 
-async def test_pydantic_model_data_round_trips_like_json_data(store: MemoryStore) -> None:
+async def test_pydantic_model_data_round_trips_like_json_data(store: Store) -> None:
     async def entry() -> str:
         await agency.interrupt("ticket", data=Ticket(id=1, title="printer"))
         return "done"
@@ -1006,25 +997,15 @@ async def test_pydantic_model_data_round_trips_like_json_data(store: MemoryStore
     assert intr.data == {"id": 1, "title": "printer"}
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    sqlite = SqliteStore(tmp_path / "answers.db")
-    yield sqlite
-    sqlite.close()
-
-
-async def test_an_answer_value_that_is_not_json_is_refused(any_store: Any) -> None:
+async def test_an_answer_value_that_is_not_json_is_refused(store: Any) -> None:
     async def entry() -> str:
         return type((await agency.interrupt("q")).value).__name__
 
-    result = await agency.run(entry, run_id="non-json", store=any_store)
+    result = await agency.run(entry, run_id="non-json", store=store)
     assert result.status == "paused"
     with pytest.raises(InterruptAnswerError):
-        await agency.respond_to_interrupts(result, [approve(object())], store=any_store)
+        await agency.respond_to_interrupts(result, [approve(object())], store=store)
     # Nothing was stored: the run is still paused and a JSON answer still works.
-    assert await status_of("non-json", any_store) == "paused"
-    done = await agency.respond_to_interrupts(result, [approve("ok")], store=any_store)
+    assert await status_of("non-json", store) == "paused"
+    done = await agency.respond_to_interrupts(result, [approve("ok")], store=store)
     assert done.value == "str"

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from agency_runtime import JournalEntry, MemoryStore, SqliteStore, Store, agency, approve
+from agency_runtime import JournalEntry, MemoryStore, Store, agency, approve
 
 pytestmark = pytest.mark.anyio
 
@@ -53,13 +52,6 @@ async def test_a_change_by_someone_else_invalidates_the_cached_journal() -> None
     done = await agency.resume("p", store=store)
     assert done.value == "shipped=True"
     assert store.loads == 1  # re-read, so the answer given elsewhere was seen
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    if request.param == "memory":
-        return MemoryStore()
-    return SqliteStore(tmp_path / "j.db")
 
 
 async def test_a_step_commits_its_result_locals_thread_deltas_and_spend(store: Store) -> None:

@@ -6,7 +6,6 @@ Covers DESIGN.md §3 (``agency.llm``), §4 "LLM, cost and guards", §7 (default 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import anyio
@@ -18,17 +17,19 @@ from agency_runtime import (
     AgencyError,
     GuardExceededError,
     LLMCallError,
-    MemoryStore,
     OutsideFrameError,
+    RuntimeContext,
+    Store,
     StructuredOutputError,
     agency,
     approve,
 )
 from agency_runtime._llm._litellm import litellm_module, load_litellm
 from agency_runtime._llm._provider import ProviderError
-from agency_runtime.testing import FakeModel, FakeModelExhausted, FakeRequest
+from agency_runtime.testing import FakeClock, FakeModel, FakeModelExhausted, FakeRequest
+from tests.support import LITELLM, SHARES_LITELLM, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, SHARES_LITELLM]  # litellm is imported here
 
 FEEDBACK_MARK = "did not match the required output format"
 
@@ -41,13 +42,18 @@ class Person(BaseModel):
 ADA = '{"name": "Ada", "age": 36}'
 
 # Tests marked PATHS run a fake model on both paths: at the seam (the fake provider, no
-# litellm) and through litellm (``via_litellm=True``: litellm's real code and exceptions).
-PATHS = pytest.mark.parametrize("via_litellm", [False, True], ids=["seam", "litellm"])
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
+# litellm) on asyncio and trio, and through litellm (``via_litellm=True``: litellm's real code
+# and exceptions) on asyncio only, since litellm's async code is asyncio code.
+PATHS = pytest.mark.parametrize(
+    ("via_litellm", "anyio_backend"),
+    [
+        pytest.param(False, "asyncio", id="seam-asyncio"),
+        pytest.param(False, "trio", id="seam-trio"),
+        pytest.param(
+            True, "asyncio", id="litellm-asyncio", marks=pytest.mark.asyncio_only(reason=LITELLM)
+        ),
+    ],
+)
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +105,7 @@ async def test_echo_model_answers_with_the_prompt() -> None:
         assert await agency.llm("say this back", model="fake/echo") == "say this back"
 
 
-async def test_cost_and_tokens_are_added_to_the_run(store: MemoryStore) -> None:
+async def test_cost_and_tokens_are_added_to_the_run(store: Store) -> None:
     with FakeModel(
         "priced", replies=["one two three"], input_cost_per_token=0.001, output_cost_per_token=0.002
     ) as fake:
@@ -256,7 +262,7 @@ async def test_thread_option_still_charges_the_run() -> None:
         assert agency.ctx().cost == pytest.approx(cost_of(fake, fake.calls[0], "x"), abs=1e-12)
 
 
-async def test_model_override_lasts_one_call(store: MemoryStore) -> None:
+async def test_model_override_lasts_one_call(store: Store) -> None:
     with (
         FakeModel("default", replies=["from default"]) as default,
         FakeModel("override", replies=["from override"]) as override,
@@ -276,9 +282,7 @@ async def test_model_override_lasts_one_call(store: MemoryStore) -> None:
     assert contents(default.calls[0])[-1] == "second"
 
 
-async def _model_answer(
-    store: MemoryStore, *, run_model: str | None, call_model: str | None
-) -> Any:
+async def _model_answer(store: Store, *, run_model: str | None, call_model: str | None) -> Any:
     async def entry() -> str:
         return await agency.llm("which model?", model=call_model)
 
@@ -286,7 +290,7 @@ async def _model_answer(
 
 
 async def test_model_precedence_per_call_beats_run_and_env(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with (
         FakeModel("call", replies=["call"]) as call,
@@ -300,7 +304,7 @@ async def test_model_precedence_per_call_beats_run_and_env(
 
 
 async def test_model_precedence_run_beats_env(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with (
         FakeModel("run", replies=["run"]) as run,
@@ -313,7 +317,7 @@ async def test_model_precedence_run_beats_env(
 
 
 async def test_model_precedence_env_is_the_fallback(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with FakeModel("env", replies=["env", "env again"]) as env:
         monkeypatch.setenv("AGENCY_MODEL", env.model)
@@ -323,7 +327,7 @@ async def test_model_precedence_env_is_the_fallback(
             assert await agency.llm("hi") == "env again"
 
 
-async def test_no_model_anywhere_is_a_clear_agency_error(store: MemoryStore) -> None:
+async def test_no_model_anywhere_is_a_clear_agency_error(store: Store) -> None:
     with agency.test_context(), pytest.raises(AgencyError, match="AGENCY_MODEL") as info:
         await agency.llm("hello")
     assert "model" in str(info.value)
@@ -353,7 +357,7 @@ async def test_an_empty_prompt_returns_empty_with_no_side_effects(prompt: Any, s
     assert fake.calls == []
 
 
-async def test_an_empty_prompt_in_a_run_journals_nothing(store: MemoryStore) -> None:
+async def test_an_empty_prompt_in_a_run_journals_nothing(store: Store) -> None:
     with FakeModel("unused", replies=[]) as fake:
 
         async def entry() -> str:
@@ -426,7 +430,7 @@ async def test_another_threads_queue_is_never_sent() -> None:
 
 
 async def test_queued_messages_are_delivered_exactly_once_across_a_pause(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     with FakeModel("pause", replies=["first answer", "second answer"]) as fake:
 
@@ -588,7 +592,7 @@ async def test_an_exhausted_script_surfaces_as_llm_call_error_without_retries(
 # -- journaling ------------------------------------------------------------------------------------
 
 
-async def test_a_completed_call_is_not_repeated_on_replay(store: MemoryStore) -> None:
+async def test_a_completed_call_is_not_repeated_on_replay(store: Store) -> None:
     with FakeModel("journal", replies=["alpha", "beta"]) as fake:
 
         async def entry() -> list[Any]:
@@ -616,7 +620,7 @@ async def test_a_completed_call_is_not_repeated_on_replay(store: MemoryStore) ->
     assert [e.name for e in entries] == ["agency.llm", "agency.llm"]
 
 
-async def test_a_replayed_structured_call_returns_the_model_type(store: MemoryStore) -> None:
+async def test_a_replayed_structured_call_returns_the_model_type(store: Store) -> None:
     with FakeModel("typed", replies=[ADA]) as fake:
 
         async def entry() -> list[Any]:
@@ -634,42 +638,59 @@ async def test_a_replayed_structured_call_returns_the_model_type(store: MemorySt
 # -- cancellation and time guards ------------------------------------------------------------------
 
 
+def late(answered: list[str]) -> Any:
+    """A reply function for a model with latency: it runs only if the latency ran out."""
+
+    def reply(request: FakeRequest) -> str:
+        answered.append("late")
+        return "late"
+
+    return reply
+
+
 @PATHS
-async def test_cancel_stops_an_in_flight_call(store: MemoryStore, via_litellm: bool) -> None:
-    with FakeModel("slow", replies=["late"], latency=5, via_litellm=via_litellm) as fake:
+async def test_cancel_stops_an_in_flight_call(store: Store, via_litellm: bool) -> None:
+    answered: list[str] = []
+    with FakeModel("slow", function=late(answered), latency=5, via_litellm=via_litellm) as fake:
 
         async def entry() -> str:
-            async def cancel_soon() -> None:
-                await anyio.sleep(0.05)
+            async def cancel_once_in_flight() -> None:
+                await wait_for(lambda: len(fake.calls) == 1)  # the model has the request
                 agency.ctx().cancel("test")
 
             async with anyio.create_task_group() as tg:
-                tg.start_soon(cancel_soon)
+                tg.start_soon(cancel_once_in_flight)
                 return await agency.llm("hello", model=fake.model)
 
-        started = time.monotonic()
         result = await agency.run(entry, run_id="cancelled", store=store)
-        elapsed = time.monotonic() - started
     assert result.status == "cancelled"
-    assert elapsed < 2
+    assert answered == []  # stopped during its 5 s latency, not after it
     assert len(fake.calls) == 1
     assert (await agency.runs.get("cancelled", store=store)).status == "cancelled"
 
 
 @PATHS
 async def test_a_time_guard_stops_a_slow_call(via_litellm: bool) -> None:
+    clock = FakeClock()  # the guard's time; the model's latency is real and is never waited out
+    answered: list[str] = []
+
+    async def trip_once_in_flight() -> None:
+        await wait_for(lambda: len(fake.calls) == 1)
+        clock.advance(0.05)
+
     with (
-        FakeModel("slow", replies=["late"], latency=5, via_litellm=via_litellm) as fake,
-        agency.test_context(),
+        FakeModel("slow", function=late(answered), latency=5, via_litellm=via_litellm) as fake,
+        agency.test_context(ctx=RuntimeContext(clock=clock)),
     ):
-        started = time.monotonic()
-        with pytest.raises(GuardExceededError) as info:
-            async with agency.time_guard(0.05):
-                await agency.llm("hello", model=fake.model)
-        elapsed = time.monotonic() - started
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(trip_once_in_flight)
+            with pytest.raises(GuardExceededError) as info:
+                async with agency.time_guard(0.05):
+                    await agency.llm("hello", model=fake.model)
     assert info.value.type == "time"
     assert info.value.limit == 0.05
-    assert elapsed < 2
+    assert answered == []  # the call was stopped in flight
+    assert len(fake.calls) == 1
 
 
 # -- preload ---------------------------------------------------------------------------------------
@@ -773,13 +794,24 @@ class TestParseStructuredFirstCompleteValue:
         ],
         ids=["unclosed", "closed", "objects", "after-many-openers"],
     )
-    def test_deep_nesting_is_a_clean_error_not_a_recursion_error(self, reply: str) -> None:
-        started = time.monotonic()
+    def test_deep_nesting_is_a_clean_error_not_a_recursion_error(
+        self, reply: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        starts: list[int] = []
+        decoder = llm_module._DECODER
+
+        class Counting:
+            def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:
+                starts.append(index)
+                return decoder.raw_decode(text, index)
+
+        monkeypatch.setattr(llm_module, "_DECODER", Counting())
         with pytest.raises((ValueError, ValidationError)) as info:
             llm_module.parse_structured(reply, TypeAdapter(self.City))
         assert not isinstance(info.value, RecursionError)
         assert len(str(info.value)) < 2_000
-        assert time.monotonic() - started < 2
+        # Bounded work, whatever the depth: a bounded number of starts is tried.
+        assert len(starts) <= llm_module._MAX_STARTS
 
     def test_a_pathological_text_tries_a_bounded_number_of_starts(
         self, monkeypatch: pytest.MonkeyPatch

@@ -4,7 +4,13 @@ Covers DESIGN.md §4 "Locks", §8 (the ``scope`` keyword) and the spec's §8 (wi
 its "checkpoint/lock" cases: same-name calls run in sequence, re-entry gives /already holds
 lock/, a timeout frees the slot for later waiters, the warning names the waiter and the
 owner. Global locks are checked across tasks, across processes, and against a holder killed
-with SIGKILL. The store methods behind global locks are checked on both stores.
+with SIGKILL. The store methods behind global locks are checked on every store backend.
+
+Nothing here sleeps to wait: tasks are sequenced with events and
+``anyio.wait_all_tasks_blocked()``, leases run on a :class:`FakeClock` that the test
+advances, and child processes are followed through their pipes. What stays in real time is
+what the runtime itself times on the event loop's clock (a lock's ``timeout`` and
+``warn_after``, the global-lock poll) and the leases of other processes.
 """
 
 from __future__ import annotations
@@ -16,15 +22,16 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agency_runtime import (
     AgencyError,
@@ -33,6 +40,7 @@ from agency_runtime import (
     LockTimeoutError,
     MemoryStore,
     OutsideFrameError,
+    RuntimeContext,
     SqliteStore,
     Store,
     StoreError,
@@ -41,17 +49,17 @@ from agency_runtime import (
 )
 from agency_runtime._durable import _leases
 from agency_runtime._locks import lock, with_lock
+from agency_runtime.testing import FakeClock
+from tests.support import asyncio_only, wait_for
 
 pytestmark = pytest.mark.anyio
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-async def wait_until(predicate: Callable[[], bool], limit: float = 5.0) -> None:
-    """Yield to the event loop until ``predicate()`` holds."""
-    with anyio.fail_after(limit):
-        while not predicate():  # noqa: ASYNC110 - polls state nobody signals
-            await anyio.sleep(0.001)
+async def settled() -> None:
+    """Let every other task run until it waits for something."""
+    await anyio.wait_all_tasks_blocked()
 
 
 def waiters(name: str) -> int:
@@ -73,7 +81,7 @@ async def test_same_name_calls_run_in_sequence() -> None:
 
     async def body(i: int) -> int:
         log.append(f"start {i}")
-        await anyio.sleep(0.01)
+        await anyio.lowlevel.checkpoint()  # the other tasks run here: they must not enter
         log.append(f"end {i}")
         return i
 
@@ -100,13 +108,14 @@ async def test_without_a_lock_the_same_bodies_interleave() -> None:
 
     async def body(i: int) -> None:
         log.append(f"start {i}")
-        await anyio.sleep(0.01)
+        await anyio.lowlevel.checkpoint()
         log.append(f"end {i}")
 
     async with anyio.create_task_group() as tg:
         for i in range(3):
             tg.start_soon(body, i)
-    assert log[:2] == ["start 0", "start 1"]
+    # Two bodies started before any ended (which ones first is the scheduler's choice).
+    assert [line.split()[0] for line in log[:2]] == ["start", "start"]
 
 
 async def test_sync_fn_value_and_context_manager_form() -> None:
@@ -170,11 +179,15 @@ async def test_a_timeout_frees_the_slot_for_later_waiters() -> None:
             order.append("A")
             await release.wait()
 
+    gave_up = anyio.Event()
+
     async def impatient() -> None:
         try:
-            await with_lock("x", lambda: order.append("B"), timeout=0.05)
+            # The lock's timeout runs on the event loop's clock: B gives up in real time.
+            await with_lock("x", lambda: order.append("B"), timeout=0.25)
         except LockTimeoutError as exc:
             timed_out.append(exc)
+            gave_up.set()
 
     async def patient() -> None:
         await with_lock("x", lambda: order.append("C"))
@@ -182,17 +195,18 @@ async def test_a_timeout_frees_the_slot_for_later_waiters() -> None:
     with agency.test_context():
         async with anyio.create_task_group() as tg:
             tg.start_soon(holder_task)
-            await wait_until(lambda: holder("x") is not None)
+            await settled()
+            assert holder("x") is not None
             tg.start_soon(impatient)
-            await wait_until(lambda: waiters("x") == 1)
+            await wait_for(lambda: waiters("x") == 1)
             tg.start_soon(patient)  # queued behind B
-            await wait_until(lambda: waiters("x") == 2)
-            await wait_until(lambda: bool(timed_out))
+            await wait_for(lambda: waiters("x") == 2)
+            await gave_up.wait()
             assert waiters("x") == 1  # B's slot is gone at once, not when A exits
             release.set()
         assert agency.ctx().get(_locks.RUN_LOCKS) in (None, {})
     assert order == ["A", "C"]
-    assert str(timed_out[0]) == "Timed out waiting for lock 'x' after 0.05s"
+    assert str(timed_out[0]) == "Timed out waiting for lock 'x' after 0.25s"
     assert isinstance(timed_out[0], TimeoutError)
 
 
@@ -207,7 +221,8 @@ async def test_timeout_zero_takes_a_free_lock_and_fails_at_once_on_a_held_one() 
                     await release.wait()
 
             tg.start_soon(hold)
-            await wait_until(lambda: holder("x") is not None)
+            await settled()
+            assert holder("x") is not None
             with pytest.raises(LockTimeoutError, match="after 0s"):
                 await with_lock("x", lambda: None, timeout=0)
             release.set()
@@ -217,17 +232,29 @@ async def test_the_warning_names_the_waiter_and_the_owner(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="agency_runtime.locks")
+
+    def messages_so_far() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "agency_runtime.locks"]
+
+    release = anyio.Event()
     with agency.test_context():
         async with anyio.create_task_group() as tg:
 
             async def hold() -> None:
                 async with lock("x", owner_id="holder-1"):
-                    await anyio.sleep(0.15)
+                    await release.wait()
+
+            async def release_once_warned() -> None:
+                # warn_after runs on the event loop's clock: the warning comes in real time.
+                await wait_for(lambda: bool(messages_so_far()))
+                release.set()
 
             tg.start_soon(hold)
-            await wait_until(lambda: holder("x") is not None)
+            await settled()
+            assert holder("x") is not None
+            tg.start_soon(release_once_warned)
             await with_lock("x", lambda: None, owner_id="waiter-2", warn_after=0.02)
-    messages = [r.getMessage() for r in caplog.records if r.name == "agency_runtime.locks"]
+    messages = messages_so_far()
     assert messages == [
         "Still waiting for lock 'x' after 0.02s (waiter waiter-2, current owner holder-1)"
     ]
@@ -239,16 +266,21 @@ async def test_warn_after_zero_or_less_disables_the_warning(
     caplog: pytest.LogCaptureFixture, warn_after: float
 ) -> None:
     caplog.set_level(logging.WARNING, logger="agency_runtime.locks")
+    release = anyio.Event()
     with agency.test_context():
         async with anyio.create_task_group() as tg:
 
             async def hold() -> None:
                 async with lock("x"):
-                    await anyio.sleep(0.05)
+                    await release.wait()
 
             tg.start_soon(hold)
-            await wait_until(lambda: holder("x") is not None)
-            await with_lock("x", lambda: None, warn_after=warn_after)
+            await settled()
+            assert holder("x") is not None
+            tg.start_soon(partial(with_lock, "x", lambda: None, warn_after=warn_after))
+            await settled()
+            assert waiters("x") == 1  # it waits; a warn_after <= 0 would have warned at once
+            release.set()
     assert not [r for r in caplog.records if r.name == "agency_runtime.locks"]
 
 
@@ -268,10 +300,12 @@ async def test_waiters_acquire_in_arrival_order() -> None:
     with agency.test_context():
         async with anyio.create_task_group() as tg:
             tg.start_soon(hold)
-            await wait_until(lambda: holder("x") is not None)
+            await settled()
+            assert holder("x") is not None
             for i in range(5):
                 tg.start_soon(waiter, i)
-                await wait_until(lambda i=i: waiters("x") == i + 1)  # type: ignore[misc]
+                await settled()
+                assert waiters("x") == i + 1
             release.set()
     assert order == [0, 1, 2, 3, 4]
 
@@ -307,29 +341,43 @@ async def test_cancellation_while_waiting_frees_the_slot() -> None:
             order.append("A")
             await release.wait()
 
+    async def cancel_once_waiting(scope: anyio.CancelScope) -> None:
+        await wait_for(lambda: waiters("x") == 1)
+        scope.cancel()
+
     with agency.test_context():
         async with anyio.create_task_group() as tg:
             tg.start_soon(hold)
-            await wait_until(lambda: holder("x") is not None)
-            with anyio.move_on_after(0.05):
+            await settled()
+            assert holder("x") is not None
+            with anyio.CancelScope() as waiting:
+                tg.start_soon(cancel_once_waiting, waiting)
                 await with_lock("x", lambda: order.append("cancelled"))
+            assert waiting.cancelled_caught
             assert waiters("x") == 0
             tg.start_soon(with_lock, "x", lambda: order.append("C"))
-            await wait_until(lambda: waiters("x") == 1)
+            await settled()
+            assert waiters("x") == 1
             release.set()
         assert agency.ctx().get(_locks.RUN_LOCKS) in (None, {})
     assert order == ["A", "C"]
 
 
+# asyncio only: ``Task.cancel()`` cancels a task whose wake-up is already scheduled, which is
+# the window under test. trio (and anyio's cancel scopes) deliver a cancellation at the task's
+# next checkpoint instead, and a granted waiter reaches none before it runs its function.
+@asyncio_only("asyncio's Task.cancel() of a task whose wake-up is already scheduled")
 async def test_a_waiter_cancelled_right_after_being_granted_passes_the_lock_on() -> None:
     """The release hands the lock to B, but B is cancelled before it runs again."""
     order: list[str] = []
     with agency.test_context():
         async with lock("x"):
             b = asyncio.ensure_future(with_lock("x", lambda: order.append("B")))
-            await wait_until(lambda: waiters("x") == 1)
+            await settled()
+            assert waiters("x") == 1
             c = asyncio.ensure_future(with_lock("x", lambda: order.append("C")))
-            await wait_until(lambda: waiters("x") == 2)
+            await settled()
+            assert waiters("x") == 2
         assert holder("x") is not None  # granted to B, which has not run yet
         b.cancel()
         await asyncio.wait([b, c])
@@ -404,14 +452,7 @@ async def test_non_callable_fn_is_a_bad_argument() -> None:
         await with_lock("x", 42)  # type: ignore[call-overload]
 
 
-# -- scope="global": the store methods ---------------------------------------------------------
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "s.db")
-    yield made
-    made.close()
+# -- scope="global": the store methods (every backend: the shared ``store`` fixture) -----------
 
 
 async def test_store_tickets_are_served_in_order(store: Store) -> None:
@@ -433,22 +474,33 @@ async def test_store_tickets_are_served_in_order(store: Store) -> None:
     assert await store.lock_turn("n", c, "a", 30)
 
 
-async def test_store_drops_tickets_whose_lease_expired(store: Store) -> None:
+async def test_store_drops_tickets_whose_lease_expired(
+    make_store: Callable[..., Store], fake_clock: FakeClock
+) -> None:
+    store = make_store(clock=fake_clock)
     dead = await store.enqueue_lock("n", "dead", 0.05)
     alive = await store.enqueue_lock("n", "alive", 30)
     assert not await store.lock_turn("n", alive, "alive", 30)
-    await anyio.sleep(0.08)
+    fake_clock.advance(0.04)
+    assert not await store.lock_turn("n", alive, "alive", 30)  # not yet
+    fake_clock.advance(0.04)
     assert await store.lock_turn("n", alive, "alive", 30)
     assert not await store.lock_turn("n", dead, "dead", 30)  # dropped: cannot come back
 
 
-async def test_store_renewal_keeps_a_ticket_alive(store: Store) -> None:
+async def test_store_renewal_keeps_a_ticket_alive(
+    make_store: Callable[..., Store], fake_clock: FakeClock
+) -> None:
+    store = make_store(clock=fake_clock)
     first = await store.enqueue_lock("n", "first", 0.1)
     second = await store.enqueue_lock("n", "second", 30)
-    for _ in range(4):
-        await anyio.sleep(0.04)
+    for _ in range(4):  # 0.16 s in all: longer than the lease, renewed every 0.04 s
+        fake_clock.advance(0.04)
         assert await store.lock_turn("n", first, "first", 0.1)
         assert not await store.lock_turn("n", second, "second", 30)
+    fake_clock.advance(0.11)  # no renewal for longer than the lease: the ticket is dropped
+    assert await store.lock_turn("n", second, "second", 30)
+    assert not await store.lock_turn("n", first, "first", 0.1)
 
 
 # -- scope="global": the runtime side -----------------------------------------------------------
@@ -460,9 +512,7 @@ def short_lease(monkeypatch: pytest.MonkeyPatch) -> float:
     return 0.15
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_global_lock_serializes_two_runs_in_one_process(kind: str, tmp_path: Path) -> None:
-    store: Store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path / "g.db")
+async def test_global_lock_serializes_two_runs_in_one_process(store: Store) -> None:
     log: list[str] = []
 
     async def turn(who: str) -> str:
@@ -470,7 +520,7 @@ async def test_global_lock_serializes_two_runs_in_one_process(kind: str, tmp_pat
 
             async def body() -> None:
                 log.append(f"enter {who}")
-                await anyio.sleep(0.01)
+                await anyio.lowlevel.checkpoint()  # the other run gets to try here
                 log.append(f"exit {who}")
 
             await with_lock("conversation", body, scope="global")
@@ -489,19 +539,19 @@ async def test_global_lock_serializes_two_runs_in_one_process(kind: str, tmp_pat
     for k in range(0, len(log), 2):
         who = log[k].split()[1]
         assert log[k : k + 2] == [f"enter {who}", f"exit {who}"]
-    store.close()
 
 
-async def test_global_lock_outside_a_run_needs_a_store(tmp_path: Path) -> None:
+async def test_global_lock_outside_a_run_needs_a_store(store: Store) -> None:
     with agency.test_context():
         with pytest.raises(AgencyError, match="needs a run with a store"):
             await with_lock("x", lambda: None, scope="global")
-        store = SqliteStore(tmp_path / "g.db")
         async with lock("x", scope="global", store=store) as held:
             assert held.scope == "global"
             assert held.owner == f"{_leases.HOST}:{os.getpid()}:{anyio.get_current_task().id}"
         assert await with_lock("x", lambda: 7, scope="global", store="memory://locks") == 7
-        store.close()
+
+
+# The next two read the memory store's own queues (``_lock_queues``): they are memory-only.
 
 
 async def test_global_release_on_exception_and_on_cancellation() -> None:
@@ -518,9 +568,10 @@ async def test_global_release_on_exception_and_on_cancellation() -> None:
             async with lock("x", scope="global", store=store):
                 raise KeyError("k")
         assert not store._lock_queues
-        with anyio.move_on_after(0.02) as cancelled:
+        with anyio.CancelScope() as cancelled:
             async with lock("x", scope="global", store=store):
-                await anyio.sleep(5)
+                cancelled.cancel()
+                await anyio.sleep_forever()  # cancelled while it holds the lock
         assert cancelled.cancelled_caught
         assert not store._lock_queues
         assert (
@@ -572,14 +623,22 @@ async def test_global_timeout_and_cancellation_free_the_ticket(
 
             tg.start_soon(hold)
             await held.wait()
+            # timeout and warn_after run on the event loop's clock: real time, by design.
             with pytest.raises(
                 LockTimeoutError, match=r"Timed out waiting for lock 'x' after 0\.05s"
             ):
                 await with_lock(
                     "x", lambda: None, scope="global", store=store, timeout=0.05, warn_after=0.02
                 )
-            with anyio.move_on_after(0.05):
+
+            async def cancel_once_queued(scope: anyio.CancelScope) -> None:
+                await wait_for(lambda: len((store._lock_queues or {}).get("x", {})) == 2)
+                scope.cancel()
+
+            with anyio.CancelScope() as waiting:
+                tg.start_soon(cancel_once_queued, waiting)
                 await with_lock("x", lambda: None, scope="global", store=store)
+            assert waiting.cancelled_caught
             assert store._lock_queues is not None
             assert len(store._lock_queues["x"]) == 1  # only the holder's ticket is left
             tg.start_soon(
@@ -595,22 +654,31 @@ async def test_global_timeout_and_cancellation_free_the_ticket(
     ]
 
 
-async def test_global_lock_lease_is_renewed_while_held(short_lease: float, tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "g.db")
-    log: list[str] = []
+async def test_global_lock_lease_is_renewed_while_held(
+    short_lease: float, make_store: Callable[..., Store]
+) -> None:
+    clock = FakeClock()
+    store = make_store(clock=clock)  # the leases, and their renewal, run on the fake clock
+    entered = anyio.Event()
+    release = anyio.Event()
 
-    async def body(who: str) -> None:
-        log.append(f"enter {who}")
-        await anyio.sleep(short_lease * 3)  # far longer than one lease
-        log.append(f"exit {who}")
+    async def body() -> None:
+        entered.set()
+        await release.wait()
 
-    with agency.test_context():
+    with agency.test_context(ctx=RuntimeContext(clock=clock)):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(partial(with_lock, "x", lambda: body("a"), scope="global", store=store))
-            await wait_until(lambda: bool(log))
-            tg.start_soon(partial(with_lock, "x", lambda: body("b"), scope="global", store=store))
-    assert log == ["enter a", "exit a", "enter b", "exit b"]
-    store.close()
+            tg.start_soon(partial(with_lock, "x", body, scope="global", store=store))
+            await entered.wait()
+            await settled()  # the renewal waits for its turn
+            for _ in range(9):  # three leases in all, one renewal period at a time
+                clock.advance(short_lease / 3)
+                await settled()  # the renewal ran
+            # Still held, far past its first lease: another owner cannot take it.
+            with pytest.raises(LockTimeoutError):
+                await with_lock("x", lambda: None, scope="global", store=store, timeout=0)
+            release.set()
+        assert await with_lock("x", lambda: "b", scope="global", store=store, timeout=0) == "b"
 
 
 class FailingRelease(MemoryStore):
@@ -632,15 +700,20 @@ async def test_a_failed_release_never_masks_the_outcome(caplog: pytest.LogCaptur
     assert "the store is down" in messages[0]
 
 
-async def test_a_lost_lease_is_logged(short_lease: float, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_lost_lease_is_logged(
+    short_lease: float, make_store: Callable[..., Store], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="agency_runtime.locks")
-    store = MemoryStore()
-    with agency.test_context():
+    clock = FakeClock()
+    store = make_store(clock=clock)
+    with agency.test_context(ctx=RuntimeContext(clock=clock)):
         async with lock("x", scope="global", store=store):
-            assert store._lock_queues is not None
-            (ticket,) = store._lock_queues["x"]
-            await store.release_lock("x", ticket)  # as if another process dropped it
-            await anyio.sleep(short_lease)
+            held = await store.lock_holder("x")
+            assert held is not None
+            await store.release_lock("x", held[0])  # as if another process dropped it
+            await settled()  # the renewal waits for its turn
+            clock.advance(short_lease / 3)
+            await settled()
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1
     assert "Lost lock 'x'" in errors[0].getMessage()
@@ -650,31 +723,31 @@ async def test_a_lost_lease_is_logged(short_lease: float, caplog: pytest.LogCapt
 
 CHILD = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys
     import anyio
     from agency_runtime import agency, _locks
 
-    mode, db, log, arg, workdir = sys.argv[1:6]
+    mode, db, log, arg = sys.argv[1:5]
 
     def line(text):
+        # One append per line: the file's order is the order the lines were written in.
         with open(log, "a") as f:
-            f.write(f"{text} {os.getpid()} {time.time():.6f}\\n")
+            f.write(f"{text} {os.getpid()}\\n")
 
     async def serial():
-        open(os.path.join(workdir, f"ready-{os.getpid()}"), "w").close()
-        while not os.path.exists(os.path.join(workdir, "go")):
-            await anyio.sleep(0.005)
+        print("ready", flush=True)
+        sys.stdin.readline()  # "go": both children are up
         for _ in range(int(arg)):
             async def body():
                 line("enter")
-                await anyio.sleep(0.02)
+                await anyio.sleep(0.02)  # real work inside the lock: the other process waits
                 line("exit")
             await _locks.with_lock("shared", body, scope="global")
 
     async def hold():
         async with _locks.lock("shared", scope="global"):
-            line("held")
-            await anyio.sleep(60)
+            print("held", flush=True)
+            await anyio.sleep_forever()  # until killed
 
     if mode == "hold":
         _locks.GLOBAL_LOCK_LEASE_SECONDS = float(arg)
@@ -683,71 +756,85 @@ CHILD = textwrap.dedent(
 )
 
 
-def start_child(tmp_path: Path, mode: str, arg: str, index: int) -> subprocess.Popen[bytes]:
-    script = tmp_path / "child.py"
-    if not script.exists():
-        script.write_text(CHILD)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    with (tmp_path / f"child-{index}.err").open("wb") as errors:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                str(script),
-                mode,
-                str(tmp_path / "locks.db"),
-                str(tmp_path / "log.txt"),
-                arg,
-                str(tmp_path),
-            ],
-            cwd=tmp_path,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=errors,
-            stderr=errors,
-        )
+class Child:
+    """A child process of ``CHILD``, followed through its pipes (nothing polls a file)."""
 
+    def __init__(self, process: anyio.abc.Process, errors: Path) -> None:
+        self.process = process
+        self.errors = errors
+        assert process.stdout is not None
+        self._stdout = BufferedByteReceiveStream(process.stdout)
 
-async def wait_for_exit(child: subprocess.Popen[bytes], tmp_path: Path, index: int) -> None:
-    with anyio.fail_after(20):
-        while child.poll() is None:  # noqa: ASYNC110 - a child process exiting
-            await anyio.sleep(0.01)
-    output = (tmp_path / f"child-{index}.err").read_text()
-    assert child.returncode == 0, output
+    @classmethod
+    async def start(cls, tmp_path: Path, mode: str, arg: str, index: int) -> Child:
+        script = tmp_path / "child.py"
+        if not script.exists():
+            script.write_text(CHILD)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        }
+        errors = tmp_path / f"child-{index}.err"
+        with errors.open("wb") as stderr:
+            process = await anyio.open_process(
+                [sys.executable, str(script), mode, str(tmp_path / "locks.db"),
+                 str(tmp_path / "log.txt"), arg],
+                cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=stderr,
+            )  # fmt: skip
+        return cls(process, errors)
+
+    async def says(self, word: str) -> None:
+        """Wait (at most 20 s) for the line ``word`` on the child's stdout."""
+        with anyio.fail_after(20):
+            got = await self._stdout.receive_until(b"\n", 1024)
+        assert got.decode().strip() == word, self.errors.read_text()
+
+    async def tell(self, word: str) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send(f"{word}\n".encode())
+
+    async def exits_cleanly(self) -> None:
+        with anyio.fail_after(20):
+            await self.process.wait()
+        assert self.process.returncode == 0, self.errors.read_text()
+
+    async def close(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        with anyio.CancelScope(shield=True):
+            await self.process.aclose()
 
 
 @pytest.mark.slow
+@asyncio_only("once, not per backend: the subject is the two child processes; this test only pipes")
 async def test_two_processes_serialize_on_one_global_lock(tmp_path: Path) -> None:
-    children = [start_child(tmp_path, "serial", "4", i) for i in range(2)]
+    children = [await Child.start(tmp_path, "serial", "4", i) for i in range(2)]
     try:
-        await wait_until(lambda: len(list(tmp_path.glob("ready-*"))) == 2, limit=20)
-        (tmp_path / "go").touch()
-        for i, child in enumerate(children):
-            await wait_for_exit(child, tmp_path, i)
+        for child in children:
+            await child.says("ready")
+        for child in children:
+            await child.tell("go")
+        for child in children:
+            await child.exits_cleanly()
     finally:
         for child in children:
-            if child.poll() is None:
-                child.kill()
+            await child.close()
     lines = [line.split() for line in (tmp_path / "log.txt").read_text().splitlines()]
     assert len(lines) == 16
-    assert {pid for _, pid, _ in lines} == {str(c.pid) for c in children}
-    lines.sort(key=lambda parts: float(parts[2]))
-    for k in range(0, len(lines), 2):
-        (enter, pid_in, t_in), (leave, pid_out, t_out) = lines[k], lines[k + 1]
+    assert {pid for _, pid in lines} == {str(c.process.pid) for c in children}
+    for k in range(0, len(lines), 2):  # in the order written: never two holders at once
+        (enter, pid_in), (leave, pid_out) = lines[k], lines[k + 1]
         assert (enter, leave) == ("enter", "exit")
         assert pid_in == pid_out
-        assert float(t_in) <= float(t_out)
 
 
 @pytest.mark.slow
 async def test_a_killed_holder_blocks_others_no_longer_than_its_lease(tmp_path: Path) -> None:
-    lease = 0.4
-    child = start_child(tmp_path, "hold", str(lease), 0)
-    log = tmp_path / "log.txt"
+    lease = 0.4  # the child's leases run on its system clock: real seconds
+    child = await Child.start(tmp_path, "hold", str(lease), 0)
     try:
-        await wait_until(lambda: log.exists() and "held" in log.read_text(), limit=20)
+        await child.says("held")
         store = SqliteStore(tmp_path / "locks.db")
         with agency.test_context():
             # Held, and kept held past its lease by renewal while the holder lives.
@@ -755,15 +842,14 @@ async def test_a_killed_holder_blocks_others_no_longer_than_its_lease(tmp_path: 
                 await with_lock(
                     "shared", lambda: None, scope="global", store=store, timeout=lease * 1.5
                 )
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait()
-            started = time.monotonic()
-            got = await with_lock("shared", lambda: "mine", scope="global", store=store, timeout=5)
-            waited = time.monotonic() - started
+            os.kill(child.process.pid, signal.SIGKILL)
+            with anyio.fail_after(20):
+                await child.process.wait()
+            # Once it is dead, the lock is free within its lease (and a poll's slack).
+            got = await with_lock(
+                "shared", lambda: "mine", scope="global", store=store, timeout=lease + 0.5
+            )
         assert got == "mine"
-        assert waited < lease + 0.5
         store.close()
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        await child.close()

@@ -47,6 +47,7 @@ from agency_runtime._memory import (
 from agency_runtime._memory._merge import _apply_extraction
 from agency_runtime._types import MemoryRecord
 from agency_runtime.testing import FakeModel, FakeRequest
+from tests.support import SHARES_LITELLM
 
 pytestmark = pytest.mark.anyio
 
@@ -787,6 +788,7 @@ async def test_a_failing_embedding_search_is_skipped(
     assert "embedding search failed" in caplog.text
 
 
+@SHARES_LITELLM
 async def test_embed_calls_litellm_and_bills_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
     from agency_runtime._llm._litellm import load_litellm
 

@@ -16,11 +16,11 @@ import logging
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
 
@@ -30,6 +30,7 @@ from agency_runtime import (
     InvalidArgumentError,
     LLMCallError,
     MemoryStore,
+    RuntimeContext,
     agency,
     approve,
 )
@@ -50,9 +51,10 @@ from agency_runtime._llm._provider import (
     TextDelta,
     Usage,
 )
-from agency_runtime.testing import FakeModel, reset
+from agency_runtime.testing import FakeClock, FakeModel, reset
+from tests.support import LITELLM, SHARES_LITELLM, advance_when_blocked, asyncio_only, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, SHARES_LITELLM]  # litellm is imported here
 
 
 class City(BaseModel):
@@ -247,11 +249,10 @@ async def test_transient_provider_errors_are_retried_with_backoff(
     scripted: Scripted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     delays: list[float] = []
-    real_sleep = anyio.sleep
 
-    async def sleep(seconds: float) -> None:
+    async def sleep(seconds: float) -> None:  # the backoff's sleeps: recorded, not waited
         delays.append(seconds)
-        await real_sleep(0)
+        await anyio.lowlevel.checkpoint()
 
     monkeypatch.setattr(anyio, "sleep", sleep)
     monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.5)
@@ -328,19 +329,22 @@ async def test_a_failed_call_is_journaled_like_an_answer(scripted: Scripted) -> 
 
 
 async def test_a_time_guard_cancels_a_call_in_any_provider(scripted: Scripted) -> None:
+    clock = FakeClock()
+
     class Hanging(Scripted):
         async def complete(self, request: ChatRequest) -> ChatResponse:
             self.requests.append(request)
-            await anyio.sleep(30)
+            await clock.sleep(30)  # a call that takes 30 s of the run's clock
             raise AssertionError("not cancelled")
 
     hanging = Hanging()
     _registry.register_provider("scripted", hanging)
-    started = time.monotonic()
-    with agency.test_context(), pytest.raises(GuardExceededError):
-        async with agency.time_guard(0.05):
-            await agency.llm("hello", model="scripted/x")
-    assert time.monotonic() - started < 2
+    with agency.test_context(ctx=RuntimeContext(clock=clock)):
+        async with anyio.create_task_group() as group:
+            group.start_soon(advance_when_blocked, clock, 0.05, 30)
+            with pytest.raises(GuardExceededError):
+                async with agency.time_guard(0.05):
+                    await agency.llm("hello", model="scripted/x")
     assert len(hanging.requests) == 1
 
 
@@ -399,6 +403,7 @@ async def test_litellm_provider_treats_a_failing_price_lookup_as_unknown(
     monkeypatch.setattr(litellm, "acompletion", acompletion)
     monkeypatch.setattr(litellm, "completion_cost", completion_cost)
     monkeypatch.setattr(litellm, "supports_response_schema", lambda **kwargs: False)
+    monkeypatch.setattr(llm_module, "_unpriced", set())  # the warning is once per process
     response = await LITELLM_PROVIDER.complete(ChatRequest(model="unmapped/model", messages=[]))
     assert response.cost is None
     assert not await LITELLM_PROVIDER.supports_schema("unmapped/model")
@@ -451,6 +456,7 @@ async def test_litellm_provider_transient_errors_are_retried_by_the_seam(
     assert len(calls) == 3
 
 
+@asyncio_only(LITELLM)  # via_litellm=True: litellm.acompletion streams the fake's answer
 async def test_litellm_provider_streams_deltas_then_usage() -> None:
     with FakeModel("lite-stream", replies=["a streamed answer"], via_litellm=True) as fake:
         events = [
@@ -584,11 +590,10 @@ async def test_embed_checks_its_arguments(args: tuple[Any, Any], message: str) -
 
 
 class TestOnEveryBackend:
-    """Without litellm in the way, the fake provider is plain anyio: trio works too."""
+    """Without litellm in the way, the fake provider is plain anyio: trio works too.
 
-    @pytest.fixture(params=["asyncio", "trio"])
-    def anyio_backend(self, request: pytest.FixtureRequest) -> str:
-        return str(request.param)
+    (Every async test runs on both backends; these run a fake model through all of it.)
+    """
 
     async def test_a_run_with_fake_calls_retries_and_replay(self) -> None:
         store = MemoryStore()
@@ -609,12 +614,25 @@ class TestOnEveryBackend:
         assert len(fake.calls) == 3  # one transient failure, two answers; nothing on replay
 
     async def test_latency_is_cancelled_by_a_time_guard(self) -> None:
-        with FakeModel("slow", replies=["late"], latency=30) as fake, agency.test_context():
-            started = time.monotonic()
-            with pytest.raises(GuardExceededError):
-                async with agency.time_guard(0.05):
-                    await agency.llm("hello", model=fake.model)
-        assert time.monotonic() - started < 2
+        clock = FakeClock()  # the guard's; the model's 30 s latency is never waited out
+        answered: list[str] = []
+
+        async def trip_once_in_flight() -> None:
+            await wait_for(lambda: len(fake.calls) == 1)
+            clock.advance(0.05)
+
+        with (
+            FakeModel(
+                "slow", function=lambda r: answered.append("late") or "late", latency=30
+            ) as fake,
+            agency.test_context(ctx=RuntimeContext(clock=clock)),
+        ):
+            async with anyio.create_task_group() as group:
+                group.start_soon(trip_once_in_flight)
+                with pytest.raises(GuardExceededError):
+                    async with agency.time_guard(0.05):
+                        await agency.llm("hello", model=fake.model)
+        assert answered == []
 
     async def test_streaming_at_the_seam(self) -> None:
         request = ChatRequest(model="fake/echo", messages=[{"role": "user", "content": "a b c"}])

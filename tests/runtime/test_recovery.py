@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
-import sys
 import textwrap
 from collections import Counter
 from collections.abc import Iterator
@@ -19,24 +18,20 @@ from agency_runtime import (
     EntryImportError,
     InterruptAnswerError,
     InvalidArgumentError,
-    MemoryStore,
     ResumableScope,
     RunNotFoundError,
     RunRecord,
     RunResult,
     SqliteStore,
+    Store,
     StoreSchemaError,
     agency,
     approve,
 )
 from agency_runtime._store import SCHEMA_VERSION
+from tests.forked import ForkServer, python_args
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
 
 
 # -- module-level entries (importable by module:qualname) ------------------------------------
@@ -94,16 +89,12 @@ def _env(db: Path, *, pythonpath: Path | None = None) -> dict[str, str]:
     return env
 
 
-def _python(args: list[str], *, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=60,
-        check=False,
-    )
+def _python(
+    server: ForkServer, args: list[str], *, env: dict[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a new process (forked by the fork server: see tests/forked.py)."""
+    how, target, rest = python_args(args)
+    done = server.run(how, target, *rest, env=env, cwd=cwd, timeout=60)
     assert done.returncode == 0, done.stderr
     return done
 
@@ -122,7 +113,7 @@ def sqlite_at(tmp_path: Path) -> Iterator[SqliteStore]:
 
 
 async def test_resume_continues_a_failed_run_with_its_remembered_closure(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     counts: Counter[str] = Counter()
     fail = [True]
@@ -163,12 +154,12 @@ async def test_resume_continues_a_failed_run_with_its_remembered_closure(
     assert (stored.status, stored.attempts) == ("completed", 2)
 
 
-async def test_resume_of_an_unknown_run_is_run_not_found(store: MemoryStore) -> None:
+async def test_resume_of_an_unknown_run_is_run_not_found(store: Store) -> None:
     with pytest.raises(RunNotFoundError, match="nope"):
         await agency.resume("nope", store=store)
 
 
-async def test_resume_of_a_completed_run_returns_the_stored_result(store: MemoryStore) -> None:
+async def test_resume_of_a_completed_run_returns_the_stored_result(store: Store) -> None:
     first = await agency.run(finishes, "tea", run_id="done", store=store)
     assert first.status == "completed"
     again = await agency.resume("done", store=store)
@@ -227,13 +218,14 @@ async def place(order: Order) -> dict:
 
 @pytest.mark.slow
 async def test_a_new_process_resumes_a_failed_run_by_importing_its_entry(
-    tmp_path: Path, sqlite_at: SqliteStore
+    tmp_path: Path, sqlite_at: SqliteStore, fork_server: ForkServer
 ) -> None:
     modules = tmp_path / "mods"
     modules.mkdir()
     (modules / "orders_mod.py").write_text(_ORDERS_MODULE)
     env = _env(tmp_path / "s.db", pythonpath=modules)
     first = _python(
+        fork_server,
         [
             "-c",
             "import orders_mod; from agency_runtime import agency; "
@@ -247,6 +239,7 @@ async def test_a_new_process_resumes_a_failed_run_by_importing_its_entry(
     assert (modules / "ledger.txt").read_text() == "reserve\n"
 
     second = _python(
+        fork_server,
         [
             "-c",
             "import anyio; from agency_runtime import agency; "
@@ -301,7 +294,7 @@ if __name__ == "__main__":
 
 @pytest.mark.slow
 async def test_an_entry_defined_in_a_script_resumes_from_another_process_by_its_path(
-    tmp_path: Path, sqlite_at: SqliteStore
+    tmp_path: Path, sqlite_at: SqliteStore, fork_server: ForkServer
 ) -> None:
     scripts = tmp_path / "scripts"
     scripts.mkdir()
@@ -312,7 +305,7 @@ async def test_an_entry_defined_in_a_script_resumes_from_another_process_by_its_
     env = _env(tmp_path / "s.db")
     env.pop("PYTHONPATH", None)
 
-    first = _python(["job_script.py"], env=env, cwd=scripts)  # run by a relative path
+    first = _python(fork_server, ["job_script.py"], env=env, cwd=scripts)  # run by a relative path
     assert first.stdout.strip() == "failed"
     stored = await agency.runs.get("script-1", store=sqlite_at)
     assert stored.entry == f"{script}:main"
@@ -320,6 +313,7 @@ async def test_an_entry_defined_in_a_script_resumes_from_another_process_by_its_
     # From a directory the script is not under, it is imported only when named as the
     # application's (the store is data, never code: DESIGN §10.2).
     second = _python(
+        fork_server,
         [
             "-c",
             "import anyio; from agency_runtime import agency; "
@@ -335,10 +329,11 @@ async def test_an_entry_defined_in_a_script_resumes_from_another_process_by_its_
 
 @pytest.mark.slow
 async def test_a_closure_or_lambda_entry_cannot_be_resumed_in_another_process(
-    tmp_path: Path, sqlite_at: SqliteStore
+    tmp_path: Path, sqlite_at: SqliteStore, fork_server: ForkServer
 ) -> None:
     env = _env(tmp_path / "s.db")
     _python(
+        fork_server,
         [
             "-c",
             textwrap.dedent(
@@ -369,7 +364,7 @@ async def test_a_closure_or_lambda_entry_cannot_be_resumed_in_another_process(
 # -- the runs admin view ---------------------------------------------------------------------
 
 
-async def test_journal_lists_the_completed_steps_in_order(store: MemoryStore) -> None:
+async def test_journal_lists_the_completed_steps_in_order(store: Store) -> None:
     async def entry() -> None:
         async def body(s: ResumableScope) -> None:
             await s.step(lambda: 1, name="first")
@@ -401,7 +396,7 @@ async def test_journal_lists_the_completed_steps_in_order(store: MemoryStore) ->
 
 
 @pytest.mark.parametrize("how", ["failed", "paused"])
-async def test_cancel_makes_a_failed_or_paused_run_final(store: MemoryStore, how: str) -> None:
+async def test_cancel_makes_a_failed_or_paused_run_final(store: Store, how: str) -> None:
     executions: list[int] = []
 
     async def entry() -> str:
@@ -432,7 +427,7 @@ async def test_cancel_makes_a_failed_or_paused_run_final(store: MemoryStore, how
 
 
 async def test_cancel_leaves_a_completed_run_alone_and_unknown_runs_are_not_found(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     await agency.run(finishes, "tea", run_id="fin", store=store)
     record = await agency.runs.cancel("fin", store=store)
@@ -442,7 +437,7 @@ async def test_cancel_leaves_a_completed_run_alone_and_unknown_runs_are_not_foun
         await agency.runs.cancel("ghost", store=store)
 
 
-async def test_cancelling_an_executing_run_stops_it_at_its_next_step(store: MemoryStore) -> None:
+async def test_cancelling_an_executing_run_stops_it_at_its_next_step(store: Store) -> None:
     ran: list[str] = []
     first_done = anyio.Event()
     gate = anyio.Event()
@@ -480,7 +475,7 @@ async def test_cancelling_an_executing_run_stops_it_at_its_next_step(store: Memo
 
 
 async def test_fork_copies_the_journal_up_to_a_step_and_resume_reruns_the_rest(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     original = await agency.run(forkable, "tea", run_id="src", store=store)
     assert original.status == "completed", original.error
@@ -509,7 +504,7 @@ async def test_fork_copies_the_journal_up_to_a_step_and_resume_reruns_the_rest(
     assert len(await agency.runs.journal("src", store=store)) == 3
 
 
-async def test_fork_to_a_chosen_id_and_through_the_last_step(store: MemoryStore) -> None:
+async def test_fork_to_a_chosen_id_and_through_the_last_step(store: Store) -> None:
     await agency.run(forkable, "tea", run_id="src2", store=store)
     new_id = await agency.runs.fork("src2", "order/2", new_run_id="src2-copy", store=store)
     assert new_id == "src2-copy"
@@ -520,7 +515,7 @@ async def test_fork_to_a_chosen_id_and_through_the_last_step(store: MemoryStore)
         await agency.runs.fork("src2", "order/0", new_run_id="src2-copy", store=store)
 
 
-async def test_fork_with_an_unknown_step_path_is_an_invalid_argument(store: MemoryStore) -> None:
+async def test_fork_with_an_unknown_step_path_is_an_invalid_argument(store: Store) -> None:
     await agency.run(forkable, "tea", run_id="src3", store=store)
     with pytest.raises(InvalidArgumentError, match="order/9"):
         await agency.runs.fork("src3", "order/9", store=store)
@@ -529,7 +524,7 @@ async def test_fork_with_an_unknown_step_path_is_an_invalid_argument(store: Memo
     assert [r.run_id for r in await agency.runs.list(store=store)] == ["src3"]
 
 
-async def test_a_fork_of_a_closure_run_resumes_in_the_same_process(store: MemoryStore) -> None:
+async def test_a_fork_of_a_closure_run_resumes_in_the_same_process(store: Store) -> None:
     counts: Counter[str] = Counter()
 
     async def entry() -> int:

@@ -10,35 +10,22 @@ or answer; these tests pin that each branch gets its own, on asyncio and trio al
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 import pytest
 
 from agency_runtime import (
-    MemoryStore,
     NondeterminismError,
     ResumableScope,
-    SqliteStore,
     agency,
     approve,
 )
 from agency_runtime.testing import FakeModel
 
+# Every async test runs on asyncio and trio, and ``store`` is every backend (tests/conftest.py).
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
-    made = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "branches.db")
-    yield made
-    made.close()
 
 
 class Ordered:
@@ -195,11 +182,7 @@ async def _gather(*awaitables: Awaitable[str]) -> list[str]:
 
 
 class TestLLMCallsInBranches:
-    """litellm runs on asyncio only (the fake model goes through it today)."""
-
-    @pytest.fixture
-    def anyio_backend(self) -> str:
-        return "asyncio"
+    """LLM calls in branches (a fake model at the seam: no litellm, so trio too)."""
 
     async def test_branch_llm_calls_replay_their_own_answers(self, store: Any) -> None:
         """Each branch talks on a thread of its own: thread ids are counted per branch too."""

@@ -1,11 +1,14 @@
-"""The run boundary: results, failures, idempotent run ids, conflicts, leases, cancellation."""
+"""The run boundary: results, failures, idempotent run ids, conflicts, leases, cancellation.
+
+Runs use the shared ``store`` fixture (every backend). Leases run on a fake clock the tests
+advance; nothing sleeps to wait.
+"""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -13,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from agency_runtime import (
-    AgencyError,
+    EventLoopRunningError,
     InvalidArgumentError,
     MemoryStore,
     ResultSerializationError,
@@ -23,9 +26,12 @@ from agency_runtime import (
     RunRecord,
     RunResult,
     SqliteStore,
+    Store,
     agency,
 )
 from agency_runtime._boundary import _run as run_module
+from agency_runtime.testing import FakeClock
+from tests.forked import ForkServer
 
 pytestmark = pytest.mark.anyio
 
@@ -56,15 +62,10 @@ def _reset_calls() -> None:
     calls.clear()
 
 
-@pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
-
-
 # -- completing, failing -------------------------------------------------------------------
 
 
-async def test_an_async_entry_runs_in_a_frame_of_its_own(store: MemoryStore) -> None:
+async def test_an_async_entry_runs_in_a_frame_of_its_own(store: Store) -> None:
     seen: dict[str, object] = {}
 
     async def entry(name: str) -> str:
@@ -98,7 +99,7 @@ async def test_an_async_entry_runs_in_a_frame_of_its_own(store: MemoryStore) -> 
     assert stored.tokens == 12
 
 
-async def test_a_sync_entry_runs_too(store: MemoryStore) -> None:
+async def test_a_sync_entry_runs_too(store: Store) -> None:
     result = await agency.run(lambda a, b: a + b, 2, b=3, store=store)
     assert result.value == 5
 
@@ -110,11 +111,11 @@ def test_run_sync_runs_a_script_entry(tmp_path: Path) -> None:
 
 
 async def test_run_sync_inside_an_event_loop_is_a_clear_error() -> None:
-    with pytest.raises(AgencyError, match=r"await agency\.run"):
+    with pytest.raises(EventLoopRunningError, match=r"await agency\.run"):
         agency.run_sync(pair, store=MemoryStore())
 
 
-async def test_an_entry_that_raises_gives_a_failed_result(store: MemoryStore) -> None:
+async def test_an_entry_that_raises_gives_a_failed_result(store: Store) -> None:
     def entry() -> None:
         agency.add_cost(0.5)
         raise ValueError("the order is empty")
@@ -134,7 +135,7 @@ async def test_an_entry_that_raises_gives_a_failed_result(store: MemoryStore) ->
     assert stored.error == result.error
 
 
-async def test_a_failed_run_runs_again_and_its_spend_accumulates(store: MemoryStore) -> None:
+async def test_a_failed_run_runs_again_and_its_spend_accumulates(store: Store) -> None:
     attempts: list[int] = []
 
     def flaky() -> str:
@@ -153,7 +154,7 @@ async def test_a_failed_run_runs_again_and_its_spend_accumulates(store: MemorySt
     assert (await agency.runs.get("flaky", store=store)).attempts == 2
 
 
-async def test_a_value_that_cannot_be_stored_fails_the_run_clearly(store: MemoryStore) -> None:
+async def test_a_value_that_cannot_be_stored_fails_the_run_clearly(store: Store) -> None:
     result = await agency.run(lambda: object(), store=store)
     assert result.status == "failed"
     assert isinstance(result.exception, ResultSerializationError)
@@ -162,7 +163,7 @@ async def test_a_value_that_cannot_be_stored_fails_the_run_clearly(store: Memory
     assert result.value is None
 
 
-async def test_results_are_round_tripped_through_json_like_a_replay(store: MemoryStore) -> None:
+async def test_results_are_round_tripped_through_json_like_a_replay(store: Store) -> None:
     typed = await agency.run(pair, store=store)
     assert typed.value == (1, 2)  # the return annotation revives the tuple
     untyped = await agency.run(untyped_pair, store=store)
@@ -172,19 +173,19 @@ async def test_results_are_round_tripped_through_json_like_a_replay(store: Memor
 # -- bad input -----------------------------------------------------------------------------
 
 
-async def test_a_non_callable_entry_is_a_clear_error(store: MemoryStore) -> None:
+async def test_a_non_callable_entry_is_a_clear_error(store: Store) -> None:
     with pytest.raises(InvalidArgumentError, match="callable entry"):
         await agency.run("main", store=store)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("run_id", ["", "   ", 7, "x" * 600, "line\nbreak"])
-async def test_bad_run_ids_are_clear_errors(store: MemoryStore, run_id: object) -> None:
+async def test_bad_run_ids_are_clear_errors(store: Store, run_id: object) -> None:
     with pytest.raises(InvalidArgumentError, match="run_id"):
         await agency.run(pair, run_id=run_id, store=store)  # type: ignore[arg-type]
 
 
 async def test_arguments_that_cannot_be_stored_are_refused_before_anything_runs(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     with pytest.raises(InvalidArgumentError, match="keyword argument 'when'"):
         await agency.run(make_order, "tea", when=object(), store=store)
@@ -197,7 +198,7 @@ async def test_a_bad_store_argument_is_a_clear_error() -> None:
         await agency.run(pair, store="mysql://x")
 
 
-async def test_a_bad_model_is_a_clear_error(store: MemoryStore) -> None:
+async def test_a_bad_model_is_a_clear_error(store: Store) -> None:
     with pytest.raises(InvalidArgumentError, match="model"):
         await agency.run(pair, model="  ", store=store)
 
@@ -206,7 +207,7 @@ async def test_a_bad_model_is_a_clear_error(store: MemoryStore) -> None:
 
 
 async def test_a_completed_run_id_returns_the_stored_result_without_running(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     first = await agency.run(make_order, "tea", quantity=2, run_id="order-1", store=store)
     again = await agency.run(make_order, "tea", quantity=2, run_id="order-1", store=store)
@@ -218,7 +219,7 @@ async def test_a_completed_run_id_returns_the_stored_result_without_running(
     assert again.created_at == first.created_at
 
 
-async def test_reusing_a_run_id_with_other_arguments_says_what_differs(store: MemoryStore) -> None:
+async def test_reusing_a_run_id_with_other_arguments_says_what_differs(store: Store) -> None:
     await agency.run(make_order, "tea", quantity=2, run_id="order-1", store=store)
     with pytest.raises(RunConflictError) as caught:
         await agency.run(make_order, "coffee", quantity=3, run_id="order-1", store=store)
@@ -232,7 +233,7 @@ async def test_reusing_a_run_id_with_other_arguments_says_what_differs(store: Me
     assert calls == ["tea"]
 
 
-def test_run_ids_are_idempotent_across_processes(tmp_path: Path) -> None:
+def test_run_ids_are_idempotent_across_processes(tmp_path: Path, fork_server: ForkServer) -> None:
     module = tmp_path / "order_entry.py"
     module.write_text(
         textwrap.dedent(
@@ -256,10 +257,8 @@ def test_run_ids_are_idempotent_across_processes(tmp_path: Path) -> None:
         f"r = agency.run_sync(order_entry.place, 'tea', run_id='x1', store={url!r}); "
         "print(r.status, r.replayed)"
     )
-    for expected in ("completed False", "completed True"):
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-        )
+    for expected in ("completed False", "completed True"):  # two new processes
+        done = fork_server.run("code", script, check=True, timeout=60)
         assert done.stdout.strip() == expected
     assert (tmp_path / "ledger.txt").read_text() == "tea\n"
     sys.path.insert(0, str(tmp_path))
@@ -277,7 +276,7 @@ def test_run_ids_are_idempotent_across_processes(tmp_path: Path) -> None:
 # -- concurrency and leases ----------------------------------------------------------------
 
 
-async def test_concurrent_calls_with_one_run_id_execute_once(store: MemoryStore) -> None:
+async def test_concurrent_calls_with_one_run_id_execute_once(store: Store) -> None:
     release = anyio.Event()
     executions: list[int] = []
 
@@ -294,7 +293,8 @@ async def test_concurrent_calls_with_one_run_id_execute_once(store: MemoryStore)
     async with anyio.create_task_group() as group:
         for _ in range(3):
             group.start_soon(call)
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # one executes, two wait for it
+        assert executions == [1]
         release.set()
     assert executions == [1]
     assert [r.value for r in results] == ["done"] * 3
@@ -302,7 +302,7 @@ async def test_concurrent_calls_with_one_run_id_execute_once(store: MemoryStore)
 
 
 async def test_a_waiter_returns_the_holders_failure_instead_of_running_again(
-    store: MemoryStore,
+    store: Store,
 ) -> None:
     release = anyio.Event()
     executions: list[int] = []
@@ -320,13 +320,17 @@ async def test_a_waiter_returns_the_holders_failure_instead_of_running_again(
     async with anyio.create_task_group() as group:
         group.start_soon(call)
         group.start_soon(call)
-        await anyio.sleep(0.05)
+        await anyio.wait_all_tasks_blocked()  # one executes, one waits for it
+        assert executions == [1]
         release.set()
     assert executions == [1]
     assert [r.status for r in results] == ["failed", "failed"]
 
 
-async def test_a_dead_holder_is_taken_over_when_its_lease_expires(store: MemoryStore) -> None:
+async def test_a_dead_holder_is_taken_over_when_its_lease_expires(
+    make_store: Callable[..., Store], fake_clock: FakeClock
+) -> None:
+    store = make_store(clock=fake_clock)
     ghost = RunRecord(
         run_id="orphan",
         status="running",
@@ -335,35 +339,59 @@ async def test_a_dead_holder_is_taken_over_when_its_lease_expires(store: MemoryS
     )
     claim = await store.claim_run(ghost, owner="ghost", lease_seconds=0.2)
     assert claim.acquired
-    started = time.monotonic()
-    result = await agency.run(make_order, "tea", run_id="orphan", store=store)
-    assert time.monotonic() - started >= 0.15  # it waited for the lease to expire
+    results: list[RunResult] = []
+
+    async def call() -> None:
+        results.append(await agency.run(make_order, "tea", run_id="orphan", store=store))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        await anyio.wait_all_tasks_blocked()
+        fake_clock.advance(0.19)
+        await anyio.wait_all_tasks_blocked()
+        assert (results, calls) == ([], [])  # it waits while the lease is alive
+        fake_clock.advance(0.01)  # the lease expires: the waiter takes the run over
+    (result,) = results
     assert result.status == "completed"
     assert calls == ["tea"]
     assert (await agency.runs.get("orphan", store=store)).attempts == 2
 
 
 async def test_the_holder_renews_its_lease_while_it_runs(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    make_store: Callable[..., Store], fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(run_module, "LEASE_SECONDS", 0.15)
+    store = make_store(clock=fake_clock)
     renewed: list[float] = []
+    results: list[RunResult] = []
 
     async def long() -> str:
         for _ in range(6):
-            await anyio.sleep(0.05)
+            await agency.ctx().clock.sleep(0.05)  # work that takes 0.05 s of the run's clock
             record = await store.get_run("long")
             assert record is not None
             assert record.lease_expires_at is not None
             renewed.append(record.lease_expires_at)
         return "ok"
 
-    assert (await agency.run(long, run_id="long", store=store)).value == "ok"
+    async def call() -> None:
+        results.append(await agency.run(long, run_id="long", store=store))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        for _ in range(6):  # 0.3 s of fake time: two lease periods
+            await anyio.wait_all_tasks_blocked()
+            fake_clock.advance(0.05)
+    assert results[0].value == "ok"
+    assert len(renewed) == 6
     assert renewed[-1] > renewed[0]  # still leased after more than one lease period
+    assert renewed[-1] > fake_clock.time() - 0.05  # renewed within the last period
     assert (await store.get_run("long")).lease_owner is None  # type: ignore[union-attr]
 
 
-def test_two_processes_write_runs_to_one_sqlite_file(tmp_path: Path) -> None:
+def test_two_processes_write_runs_to_one_sqlite_file(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
     url = f"sqlite:///{tmp_path}/busy.db"
     script = textwrap.dedent(
         f"""
@@ -378,15 +406,7 @@ def test_two_processes_write_runs_to_one_sqlite_file(tmp_path: Path) -> None:
         print("ok")
         """
     )
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, name],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in ("a", "b")
-    ]
+    workers = [fork_server.start("code", script, name) for name in ("a", "b")]  # at once
     for worker in workers:
         out, err = worker.communicate(timeout=120)
         assert worker.returncode == 0, err
@@ -403,12 +423,12 @@ def test_two_processes_write_runs_to_one_sqlite_file(tmp_path: Path) -> None:
 # -- cancellation --------------------------------------------------------------------------
 
 
-async def test_ctx_cancel_stops_the_run_and_is_final(store: MemoryStore) -> None:
+async def test_ctx_cancel_stops_the_run_and_is_final(store: Store) -> None:
     reached: list[str] = []
 
     async def entry() -> str:
         agency.ctx().cancel("enough")
-        await anyio.sleep(1)
+        await anyio.lowlevel.checkpoint()  # the next await is cancelled
         reached.append("after")
         return "never"
 
@@ -425,7 +445,7 @@ async def test_ctx_cancel_stops_the_run_and_is_final(store: MemoryStore) -> None
     assert again.replayed
 
 
-async def test_raising_a_cancellation_error_cancels_the_run(store: MemoryStore) -> None:
+async def test_raising_a_cancellation_error_cancels_the_run(store: Store) -> None:
     def entry() -> None:
         agency.ctx().cancel()
         agency.abort_signal().raise_if_aborted()
@@ -438,7 +458,7 @@ async def test_raising_a_cancellation_error_cancels_the_run(store: MemoryStore) 
 
 
 async def test_the_model_comes_from_the_argument_else_agency_model(
-    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def model() -> str | None:
         return agency.ctx().model
@@ -460,7 +480,7 @@ async def test_agency_store_selects_the_default_store(
     assert (await agency.runs.get("env-run", store="memory://env-store")).status == "completed"
 
 
-async def test_runs_admin_view(store: MemoryStore) -> None:
+async def test_runs_admin_view(store: Store) -> None:
     await agency.run(pair, run_id="a", store=store)
     await agency.run(lambda: 1 / 0, run_id="b", store=store)
     assert {r.run_id for r in await agency.runs.list(store=store)} == {"a", "b"}
@@ -472,7 +492,7 @@ async def test_runs_admin_view(store: MemoryStore) -> None:
 
 
 def test_a_crashed_holder_on_this_machine_is_taken_over_without_waiting_for_its_lease(
-    tmp_path: Path,
+    tmp_path: Path, fork_server: ForkServer
 ) -> None:
     module = tmp_path / "crashy.py"
     module.write_text(
@@ -496,12 +516,14 @@ def test_a_crashed_holder_on_this_machine_is_taken_over_without_waiting_for_its_
         "from agency_runtime import agency; "
         f"print(agency.run_sync(crashy.job, run_id='c1', store={url!r}).value)"
     )
-    first = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    first = fork_server.run("code", script, timeout=60)
     assert first.returncode == -9  # killed while running, with a 30 s lease left
-    started = time.monotonic()
-    second = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    # The second process's clock stands still: were it to wait for the lease to run out, it
+    # would wait forever (the timeout fails it). It must see that the holder's pid is gone.
+    frozen = (
+        "from agency_runtime import agency; from agency_runtime.testing import FakeClock; "
+        "import time; agency.configure(clock=FakeClock(start=time.time())); "
     )
+    second = fork_server.run("code", frozen + script, timeout=60, check=True)
     assert second.stdout.strip() == "done"
-    assert time.monotonic() - started < 10  # far less than the lease it left behind
     assert run_module.LEASE_SECONDS >= 30

@@ -81,13 +81,6 @@ def sqlite_store(tmp_path: Path) -> Iterator[SqliteStore]:
     store.close()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Any = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "runs.db")
-    yield made
-    made.close()
-
-
 async def journal_paths(run_id: str, store: Store) -> list[str]:
     return [e.path for e in await agency.runs.journal(run_id, store=store)]
 
@@ -421,28 +414,50 @@ async def test_resume_counts_s1_1_s2_2_s3_1(store: Store) -> None:
 # -- ids at call time --------------------------------------------------------------------------
 
 
+class InOrder:
+    """Makes concurrent steps finish in a chosen order, whatever order they started in.
+
+    A step's work waits for :meth:`turn`, which comes once the step before it in ``order``
+    has finished (its ``s.step`` returned: it is committed). Events, not delays, fix it.
+    """
+
+    def __init__(self, *order: str) -> None:
+        self.order = order
+        self.done = {name: anyio.Event() for name in order}
+
+    async def turn(self, name: str) -> None:
+        index = self.order.index(name)
+        if index:
+            await self.done[self.order[index - 1]].wait()
+
+    def finished(self, name: str) -> None:
+        self.done[name].set()
+
+
 async def test_concurrent_steps_in_a_task_group_get_ids_of_their_branch() -> None:
     """Each task of a task group is a branch named by when its parent started it (the
     n-th task after the parent's e-th counted event), so its step ids never depend on how
     the tasks interleave."""
     paths: dict[str, str] = {}
 
-    async def work(name: str, delay: float) -> str:
-        await anyio.sleep(delay)
-        location = agency.callsite()
-        assert location is not None
-        paths[name] = location.step_path
-        return name
-
     async def body(s: ResumableScope) -> list[str]:
         results: dict[str, str] = {}
+        order = InOrder("b", "c", "a")  # started a, b, c; finished b, c, a
 
-        async def run_step(name: str, delay: float) -> None:
-            results[name] = await s.step(lambda: work(name, delay), name=name)
+        async def work(name: str) -> str:
+            await order.turn(name)
+            location = agency.callsite()
+            assert location is not None
+            paths[name] = location.step_path
+            return name
+
+        async def run_step(name: str) -> None:
+            results[name] = await s.step(lambda: work(name), name=name)
+            order.finished(name)
 
         async with anyio.create_task_group() as tg:
-            for name, delay in [("a", 0.03), ("b", 0.0), ("c", 0.01)]:
-                tg.start_soon(run_step, name, delay)
+            for name in "abc":
+                tg.start_soon(run_step, name)
         return [results[n] for n in "abc"]
 
     with agency.test_context():
@@ -475,17 +490,19 @@ async def test_parallel_steps_finished_out_of_order_resume_by_id(store: Store) -
     async def entry() -> list[str]:
         async def body(s: ResumableScope) -> list[str]:
             results: dict[str, str] = {}
+            order = InOrder("b", "c", "a")
 
-            async def run_step(name: str, delay: float) -> None:
+            async def run_step(name: str) -> None:
                 async def work() -> str:
-                    await anyio.sleep(delay)
+                    await order.turn(name)
                     return str(flaky(name, name.upper()))
 
                 results[name] = await s.step(work, name=name)
+                order.finished(name)
 
             async with anyio.create_task_group() as tg:
-                for name, delay in [("a", 0.04), ("b", 0.0), ("c", 0.02)]:
-                    tg.start_soon(run_step, name, delay)
+                for name in "abc":
+                    tg.start_soon(run_step, name)
             tail = await s.step(lambda: flaky("after", "!"), name="after")
             return [results[n] for n in "abc"] + [tail]
 
@@ -515,17 +532,19 @@ async def test_a_failed_parallel_step_reruns_while_later_ids_are_skipped(store: 
     async def entry() -> list[str]:
         async def body(s: ResumableScope) -> list[str]:
             results: dict[str, str] = {}
+            order = InOrder("b", "c", "a")
 
-            async def run_step(name: str, delay: float) -> None:
+            async def run_step(name: str) -> None:
                 async def work() -> str:
-                    await anyio.sleep(delay)
+                    await order.turn(name)
                     return str(flaky(name, name.upper()))
 
                 results[name] = await s.step(work, name=name)
+                order.finished(name)
 
             async with anyio.create_task_group() as tg:
-                for name, delay in [("a", 0.04), ("b", 0.0), ("c", 0.01)]:
-                    tg.start_soon(run_step, name, delay)
+                for name in "abc":
+                    tg.start_soon(run_step, name)
             return [results[n] for n in "abc"]
 
         return await agency.with_resumable_scope("par", body)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +29,6 @@ pytestmark = pytest.mark.anyio
 def record(run_id: str = "r1", **changes: object) -> RunRecord:
     fields: dict[str, object] = {"status": "running", "entry": "m:f", "arguments": "{}"}
     return RunRecord(run_id=run_id, **{**fields, **changes})  # type: ignore[arg-type]
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "s.db")
-    yield made
-    made.close()
 
 
 # -- URLs ----------------------------------------------------------------------------------

@@ -2,19 +2,17 @@
 
 Recall is the subtle one: SQLite ranks keyword matches with FTS5's ``bm25()``, the memory
 store with the same formula in Python (``_store._rules.bm25_scores``) over the same words
-(``text_tokens``, read like FTS5's ``unicode61`` tokenizer). Here both are given one corpus —
-varied lengths, repeated terms, common and rare words, accents, two namespaces, expired
-items — and must pick the same items for every query.
+(``text_tokens``, read like FTS5's ``unicode61`` tokenizer). Here every backend (the shared
+``store`` fixture) is given one corpus — varied lengths, repeated terms, common and rare
+words, accents, two namespaces, expired items — and must pick the same items for every query
+as the memory store, the reference.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from agency_runtime import MemoryStore, SqliteStore
+from agency_runtime import MemoryStore, Store
 from agency_runtime._store._rules import bm25_scores, text_tokens
 from agency_runtime._types import MemoryRecord
 
@@ -47,14 +45,7 @@ QUERIES = [
 NOW = 1_000.0
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore | SqliteStore]:
-    store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "c.db")
-    yield store
-    store.close()
-
-
-async def _fill(store: MemoryStore | SqliteStore) -> None:
+async def _fill(store: Store) -> None:
     for index, (item_id, namespace, content) in enumerate(CORPUS):
         await store.save_memory(
             MemoryRecord(
@@ -68,7 +59,7 @@ async def _fill(store: MemoryStore | SqliteStore) -> None:
         )
 
 
-async def _recall_all(store: MemoryStore | SqliteStore) -> dict[tuple[str, int], list[str]]:
+async def _recall_all(store: Store) -> dict[tuple[str, int], list[str]]:
     await _fill(store)
     chosen: dict[tuple[str, int], list[str]] = {}
     for query in QUERIES:
@@ -80,17 +71,13 @@ async def _recall_all(store: MemoryStore | SqliteStore) -> dict[tuple[str, int],
     return chosen
 
 
-async def test_every_backend_recalls_the_same_items(tmp_path: Path) -> None:
-    memory, sqlite = MemoryStore(), SqliteStore(tmp_path / "both.db")
-    try:
-        by_memory = await _recall_all(memory)
-        by_sqlite = await _recall_all(sqlite)
-    finally:
-        sqlite.close()
-    assert by_memory == by_sqlite
+async def test_every_backend_recalls_the_same_items(store: Store) -> None:
+    by_reference = await _recall_all(MemoryStore())
+    by_backend = await _recall_all(store)
+    assert by_backend == by_reference
     # and the ranking is a real one: the short, tea-only item wins a one-item tea recall
-    assert by_sqlite[("tea", 1)] == ["a2"]
-    assert by_sqlite[("CAFÉ", 8)] == ["a4"]  # accents and case as FTS5 folds them
+    assert by_backend[("tea", 1)] == ["a2"]
+    assert by_backend[("CAFÉ", 8)] == ["a4"]  # accents and case as FTS5 folds them
 
 
 def test_text_tokens_read_words_as_fts5_does() -> None:
@@ -112,11 +99,9 @@ def test_bm25_prefers_rare_terms_and_short_documents() -> None:
     assert scores[3] == 0.0
 
 
-async def test_a_recall_with_no_match_returns_the_newest(
-    backend: MemoryStore | SqliteStore,
-) -> None:
-    await _fill(backend)
-    found = await backend.recall_memory(
+async def test_a_recall_with_no_match_returns_the_newest(store: Store) -> None:
+    await _fill(store)
+    found = await store.recall_memory(
         namespace="alpha", query="zzz", tags=["t"], scope=None, limit=2, now=NOW
     )
     assert [item.id for item in found] == ["a7", "a6"]

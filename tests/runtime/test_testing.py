@@ -1,8 +1,10 @@
 """agency_runtime.testing: the offline ``fake/...`` models, at the seam and inside litellm.
 
 Most tests here call ``litellm.acompletion`` directly: they check the fake models as a litellm
-custom provider (what ``FakeModel(..., via_litellm=True)`` and direct litellm users get). The
-seam section calls the fake provider itself (what ``agency.llm`` uses by default, no litellm).
+custom provider (what ``FakeModel(..., via_litellm=True)`` and direct litellm users get). Those
+run on asyncio only (``LITELLM_ONLY``): litellm's async code is asyncio code. The seam section
+calls the fake provider itself (what ``agency.llm`` uses by default, no litellm), on asyncio
+and trio.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
@@ -42,8 +44,12 @@ from agency_runtime.testing import (
     fake_provider_installed,
     reset,
 )
+from tests.support import LITELLM, SHARES_LITELLM, asyncio_only, wait_for
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, SHARES_LITELLM]  # litellm is imported here
+
+LITELLM_ONLY = asyncio_only(LITELLM)
+"""For the tests that call litellm's own async functions."""
 
 USER = [{"role": "user", "content": "hello there"}]
 
@@ -69,6 +75,7 @@ def text_of(response: Any) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("fresh-interpreter")  # litellm is imported in a subprocess only
 def test_import_is_cheap_and_installs_on_load() -> None:
     code = textwrap.dedent(
         """
@@ -109,6 +116,7 @@ async def test_provider_installed_once_without_clobbering() -> None:
 # -- built-in models ---------------------------------------------------------------------------
 
 
+@LITELLM_ONLY
 async def test_echo_replies_with_last_user_message() -> None:
     litellm = await llm()
     messages = [
@@ -122,6 +130,7 @@ async def test_echo_replies_with_last_user_message() -> None:
     assert response.model == "fake/echo"
 
 
+@LITELLM_ONLY
 async def test_echo_reads_text_parts_and_json_model_defaults_to_empty_object() -> None:
     litellm = await llm()
     parts = [{"role": "user", "content": [{"type": "text", "text": "from parts"}]}]
@@ -156,6 +165,7 @@ class Person(BaseModel):
     kind: str = Field(pattern=r"^[a-z]+$")  # no pattern support, but "text" matches
 
 
+@LITELLM_ONLY
 async def test_echo_with_pydantic_schema_returns_valid_json() -> None:
     litellm = await llm()
     for model in ("fake/echo", "fake/json"):
@@ -170,6 +180,7 @@ async def test_echo_with_pydantic_schema_returns_valid_json() -> None:
         assert person.nickname == "text"  # first non-null branch of the optional field
 
 
+@LITELLM_ONLY
 async def test_echo_with_dict_json_schema() -> None:
     litellm = await llm()
     schema = {
@@ -208,6 +219,7 @@ async def test_echo_with_dict_json_schema() -> None:
 # -- scripted replies ---------------------------------------------------------------------------
 
 
+@LITELLM_ONLY
 async def test_scripted_replies_in_order_then_exhausted() -> None:
     litellm = await llm()
     with FakeModel("script", replies=["first", {"n": 1}]) as fake:
@@ -224,6 +236,7 @@ async def test_scripted_replies_in_order_then_exhausted() -> None:
     assert len(fake.calls) == 3
 
 
+@LITELLM_ONLY
 async def test_scripted_exceptions_are_raised() -> None:
     litellm = await llm()
     unavailable = litellm.ServiceUnavailableError(
@@ -240,6 +253,7 @@ async def test_scripted_exceptions_are_raised() -> None:
         assert text_of(response) == "finally"
 
 
+@LITELLM_ONLY
 async def test_model_without_script_echoes() -> None:
     litellm = await llm()
     with FakeModel() as fake:
@@ -251,6 +265,7 @@ async def test_model_without_script_echoes() -> None:
 # -- function models ----------------------------------------------------------------------------
 
 
+@LITELLM_ONLY
 async def test_function_model_sees_the_request() -> None:
     litellm = await llm()
     seen: list[FakeRequest] = []
@@ -305,6 +320,7 @@ async def _async_reply(request: FakeRequest) -> str:
     return "async reply"
 
 
+@LITELLM_ONLY
 async def test_sync_completion_with_async_function_inside_a_running_loop() -> None:
     litellm = await llm()
     with FakeModel("nested", function=_async_reply) as fake:
@@ -323,6 +339,7 @@ FAILURES = {
 }
 
 
+@LITELLM_ONLY
 @pytest.mark.parametrize("failure", list(FAILURES))
 async def test_fail_times_then_succeed(failure: Any) -> None:
     litellm = await llm()
@@ -336,30 +353,83 @@ async def test_fail_times_then_succeed(failure: Any) -> None:
     assert len(fake.calls) == 3  # failed requests are recorded too, litellm did not retry
 
 
+def answering(answered: list[str]) -> Any:
+    """A reply function for a model with latency: it runs only once the latency is over."""
+
+    def reply(request: FakeRequest) -> str:
+        answered.append("late")
+        return "late"
+
+    return reply
+
+
+async def cancel_once_called(fake: FakeModel, scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` once ``fake`` has received its request (its latency runs then)."""
+    await wait_for(lambda: len(fake.calls) == 1)
+    scope.cancel()
+
+
+@LITELLM_ONLY
 async def test_latency_is_cancellable() -> None:
     litellm = await llm()
-    with FakeModel("slow", latency=30) as fake:
-        started = time.monotonic()
-        with pytest.raises(TimeoutError), anyio.fail_after(0.1):
-            await litellm.acompletion(model=fake.model, messages=USER, timeout=5)
-        assert time.monotonic() - started < 2
+    answered: list[str] = []
+    with FakeModel("slow", function=answering(answered), latency=30) as fake:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(cancel_once_called, fake, scope)
+                await litellm.acompletion(model=fake.model, messages=USER, timeout=5)
+        assert scope.cancelled_caught
+    assert answered == []  # cancelled during its 30 s latency, not after it
     assert len(fake.calls) == 1
 
 
-async def test_latency_delays_the_answer() -> None:
+class _Latency:
+    """Stands in for ``time`` and ``anyio`` in the fake model's module: records its waits."""
+
+    def __init__(self) -> None:
+        self.waited: list[tuple[str, float]] = []
+
+    def sync(self) -> Any:
+        return SimpleNamespace(sleep=lambda seconds: self.waited.append(("sync", seconds)))
+
+    def async_(self) -> Any:
+        waited = self.waited
+
+        class Anyio:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(anyio, name)
+
+            @staticmethod
+            async def sleep(seconds: float) -> None:
+                waited.append(("async", seconds))
+                await anyio.lowlevel.checkpoint()
+
+        return Anyio()
+
+
+@LITELLM_ONLY
+async def test_latency_delays_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     litellm = await llm()
-    with FakeModel("lagging", latency=0.05) as fake:
-        started = time.monotonic()
+    latency = _Latency()
+    monkeypatch.setattr(_fake, "time", latency.sync())
+    monkeypatch.setattr(_fake, "anyio", latency.async_())
+    answered: list[str] = []
+
+    def reply(request: FakeRequest) -> str:
+        answered.append(f"after {latency.waited}")
+        return "late"
+
+    with FakeModel("lagging", function=reply, latency=0.05) as fake:
         await litellm.acompletion(model=fake.model, messages=USER, timeout=5)
-        assert time.monotonic() - started >= 0.05
-        started = time.monotonic()
         litellm.completion(model=fake.model, messages=USER, timeout=5)
-        assert time.monotonic() - started >= 0.05
+    # Each answer came after its latency was waited (cancellable on the async path).
+    assert answered == ["after [('async', 0.05)]", "after [('async', 0.05), ('sync', 0.05)]"]
 
 
 # -- usage and cost -----------------------------------------------------------------------------
 
 
+@LITELLM_ONLY
 async def test_usage_is_deterministic() -> None:
     litellm = await llm()
     messages = [
@@ -378,6 +448,7 @@ async def test_usage_is_deterministic() -> None:
         assert empty.usage.completion_tokens == 1  # at least one
 
 
+@LITELLM_ONLY
 async def test_cost_comes_from_the_registered_prices() -> None:
     litellm = await llm()
     with FakeModel("priced", replies=["one two three"], input_cost_per_token=0.01,
@@ -392,6 +463,7 @@ async def test_cost_comes_from_the_registered_prices() -> None:
     assert response._hidden_params["response_cost"] == pytest.approx(3.0)
 
 
+@LITELLM_ONLY
 async def test_builtins_are_priced_with_default_rates() -> None:
     litellm = await llm()
     response = await litellm.acompletion(model="fake/echo", messages=USER, timeout=5)
@@ -401,6 +473,7 @@ async def test_builtins_are_priced_with_default_rates() -> None:
 # -- registry -----------------------------------------------------------------------------------
 
 
+@LITELLM_ONLY
 async def test_unknown_model_is_a_clear_error() -> None:
     litellm = await llm()
     with (
@@ -410,6 +483,7 @@ async def test_unknown_model_is_a_clear_error() -> None:
         await litellm.acompletion(model="fake/missing", messages=USER, timeout=5)
 
 
+@LITELLM_ONLY
 async def test_with_block_registers_and_unregisters() -> None:
     litellm = await llm()
     with FakeModel("scoped", replies=["inside"]) as fake:
@@ -420,6 +494,7 @@ async def test_with_block_registers_and_unregisters() -> None:
     assert len(fake.calls) == 1  # the call after the block never reached it
 
 
+@LITELLM_ONLY
 async def test_register_replaces_and_reset_clears() -> None:
     litellm = await llm()
     old = FakeModel("same", replies=["old"]).register()
@@ -442,6 +517,7 @@ async def test_register_replaces_and_reset_clears() -> None:
     assert not _fake._builtins["echo"].calls
 
 
+@LITELLM_ONLY
 async def test_streaming_sends_the_reply_with_usage() -> None:
     litellm = await llm()
     with FakeModel("stream", replies=["streamed reply here"]) as fake:
@@ -572,11 +648,14 @@ async def test_seam_classifies_a_scripted_litellm_exception_like_litellm() -> No
 
 
 async def test_seam_latency_is_cancellable() -> None:
-    with FakeModel("slow-seam", latency=30) as fake:
-        started = time.monotonic()
-        with pytest.raises(TimeoutError), anyio.fail_after(0.1):
-            await PROVIDER.complete(chat(fake.model))
-        assert time.monotonic() - started < 2
+    answered: list[str] = []
+    with FakeModel("slow-seam", function=answering(answered), latency=30) as fake:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(cancel_once_called, fake, scope)
+                await PROVIDER.complete(chat(fake.model))
+        assert scope.cancelled_caught
+    assert answered == []
 
 
 async def test_seam_stream_yields_words_then_usage() -> None:
@@ -624,6 +703,7 @@ async def test_seam_embedding_failures_count_on_their_own() -> None:
             await PROVIDER.complete(chat(fake.model))
 
 
+@LITELLM_ONLY
 async def test_embeddings_through_litellm_match_the_seam() -> None:
     litellm = await llm()
     with FakeModel("lite-embedder", input_cost_per_token=0.25) as fake:

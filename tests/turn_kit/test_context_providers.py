@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 from types import SimpleNamespace
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from pydantic import ValidationError
 
 from agency_runtime import InvalidArgumentError
+from agency_runtime.testing import FakeClock
 from turn_kit._context_providers import (
     TurnContext,
     TurnContextArgs,
@@ -162,12 +163,13 @@ async def test_conformance_optional_provider_degrades_to_nothing() -> None:
 async def test_providers_run_concurrently_and_results_keep_provider_order() -> None:
     first_started = anyio.Event()
     second_started = anyio.Event()
+    second_finished = anyio.Event()
     finished: list[str] = []
 
     async def slow_first(args: TurnContextArgs) -> dict[str, Any]:
         first_started.set()
         await second_started.wait()  # deadlocks unless the providers overlap
-        await anyio.sleep(0.05)
+        await second_finished.wait()  # the first provider finishes last
         finished.append("first")
         return block("first")
 
@@ -175,6 +177,7 @@ async def test_providers_run_concurrently_and_results_keep_provider_order() -> N
         second_started.set()
         await first_started.wait()
         finished.append("second")
+        second_finished.set()
         return [block("second-a"), block("second-b")]
 
     providers = [
@@ -188,27 +191,40 @@ async def test_providers_run_concurrently_and_results_keep_provider_order() -> N
 
 
 async def test_two_slow_providers_overlap_in_time() -> None:
+    clock = FakeClock()
+
     async def slow(args: TurnContextArgs) -> None:
-        await anyio.sleep(0.2)
+        await clock.sleep(0.2)  # 0.2 s of the fake clock
 
     providers = [define_turn_context(name=f"p{i}", collect=slow) for i in range(2)]
-    started = time.perf_counter()
-    assert await collect_turn_context(providers, make_args()) == []
-    assert time.perf_counter() - started < 0.35
+    collected: list[list[TurnContext]] = []
+
+    async def collect() -> None:
+        collected.append(await collect_turn_context(providers, make_args()))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(collect)
+        await anyio.wait_all_tasks_blocked()
+        assert clock.sleepers == 2  # both providers wait at the same time
+        clock.advance(0.2)
+    assert collected == [[]]
+    assert clock.monotonic() == 0.2  # 0.2 s for the two of them: they overlapped
 
 
 async def test_a_required_failure_cancels_the_other_providers() -> None:
     cancelled: list[str] = []
+    hanging = anyio.Event()
 
     async def hangs(args: TurnContextArgs) -> None:
         try:
-            await anyio.sleep(30)
+            hanging.set()
+            await anyio.sleep_forever()
         except anyio.get_cancelled_exc_class():
             cancelled.append("hangs")
             raise
 
     async def fails(args: TurnContextArgs) -> None:
-        await anyio.sleep(0.01)
+        await hanging.wait()  # fails while the other provider is in flight
         raise LookupError("no state")
 
     providers = [
@@ -223,11 +239,15 @@ async def test_a_required_failure_cancels_the_other_providers() -> None:
 
 
 async def test_the_first_required_failure_in_time_is_raised() -> None:
+    early_failed = anyio.Event()
+
     async def late(args: TurnContextArgs) -> None:
-        await anyio.sleep(0.05)
+        await early_failed.wait()  # fails after the other one did (if it still runs)
+        await anyio.lowlevel.checkpoint()
         raise RuntimeError("late")
 
     async def early(args: TurnContextArgs) -> None:
+        early_failed.set()
         raise KeyError("early")
 
     providers = [
@@ -239,11 +259,14 @@ async def test_the_first_required_failure_in_time_is_raised() -> None:
 
 
 async def test_an_optional_failure_does_not_stop_the_others() -> None:
+    failed = anyio.Event()
+
     async def fails(args: TurnContextArgs) -> None:
+        failed.set()
         raise RuntimeError("optional down")
 
     async def works(args: TurnContextArgs) -> dict[str, Any]:
-        await anyio.sleep(0.01)
+        await failed.wait()  # still in flight when the optional provider fails
         return block("kept")
 
     providers = [

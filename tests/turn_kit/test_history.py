@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from agency_runtime import ConversationMemory, InvalidArgumentError, MemoryStore, SaveReceipt
+from agency_runtime import ConversationMemory, InvalidArgumentError, SaveReceipt, Store
 from agency_runtime._memory._conversation import MemoryItem
 from turn_kit._errors import TurnKitError, TurnMemoryError
 from turn_kit._history import (
@@ -765,17 +764,10 @@ async def test_remember_turn_message_rejects_blank_messages(message: str) -> Non
     assert ctx.memory.saves == []
 
 
-# -- against the real runtime memory --------------------------------------------------------
+# -- against the real runtime memory (``store``: every backend) -----------------------------
 
 
-@pytest.fixture
-def store() -> Iterator[MemoryStore]:
-    made = MemoryStore()
-    yield made
-    made.close()
-
-
-async def test_round_trip_through_conversation_memory(store: MemoryStore) -> None:
+async def test_round_trip_through_conversation_memory(store: Store) -> None:
     ctx = FakeCtx(ConversationMemory(store))
     other = conversation_tag("life-agent", {"transport": "telegram", "id": "other"})
     options = {

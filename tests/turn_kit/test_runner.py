@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import anyio
 import pytest
 
 from agency_runtime import InvalidArgumentError, MemoryStore, agency, approve
+from tests.forked import ForkServer
 from turn_kit import (
     TurnArgs,
     TurnPausedError,
@@ -268,11 +267,13 @@ async def test_turns_of_one_conversation_run_one_at_a_time_in_arrival_order() ->
     turns = runner(store=store)
     timeline: list[str] = []
     first_inside = anyio.Event()
+    second_waiting = anyio.Event()
 
     async def respond(turn: TurnArgs) -> str:
         timeline.append(f"start {turn.input} (history {len(turn.history)})")
-        first_inside.set()
-        await anyio.sleep(0.05)  # the second turn arrives meanwhile and must wait
+        if turn.input == "first":
+            first_inside.set()
+            await second_waiting.wait()  # the second turn arrives meanwhile and must wait
         timeline.append(f"end {turn.input}")
         return f"re: {turn.input}"
 
@@ -286,6 +287,8 @@ async def test_turns_of_one_conversation_run_one_at_a_time_in_arrival_order() ->
         group.start_soon(one, "first", 1)
         await first_inside.wait()  # the first turn holds the conversation's lock
         group.start_soon(one, "second", 2)
+        await anyio.wait_all_tasks_blocked()  # the second turn is waiting (or, wrongly, done)
+        second_waiting.set()
     assert timeline == [
         "start first (history 0)",
         "end first",
@@ -386,24 +389,19 @@ anyio.run(main)
 
 
 def test_a_turn_killed_after_delivery_resumes_to_the_save_without_sending_again(
-    tmp_path: Path,
+    tmp_path: Path, fork_server: ForkServer
 ) -> None:
     script = tmp_path / "turn.py"
     script.write_text(textwrap.dedent(CRASHING_TURN))
     store = f"sqlite:///{tmp_path}/turns.db"
     ledger = tmp_path / "ledger.txt"
     env = {**os.environ, "KILL_AFTER_DELIVERY": "1"}
-    first = subprocess.run(
-        [sys.executable, str(script), store, str(ledger)], env=env, capture_output=True,
-        timeout=120,
-    )  # fmt: skip
+    # Two new processes (forked by the fork server: tests/forked.py).
+    first = fork_server.run("script", script, store, str(ledger), env=env, timeout=120)
     assert first.returncode == -signal.SIGKILL
     assert ledger.read_text() == "delivered hi there\n"
     env.pop("KILL_AFTER_DELIVERY")
-    second = subprocess.run(
-        [sys.executable, str(script), store, str(ledger)], env=env, capture_output=True,
-        text=True, timeout=120, check=True,
-    )  # fmt: skip
+    second = fork_server.run("script", script, store, str(ledger), env=env, timeout=120, check=True)
     assert ledger.read_text() == "delivered hi there\n"  # exactly one delivery
     assert '"items": ["User: hello\\nAssistant: hi there"]' in second.stdout  # one record
     assert '"saved": true' in second.stdout

@@ -285,11 +285,13 @@ async def test_turns_of_one_chat_from_parallel_updates_run_in_order() -> None:
     turns = adapter(transport, owner_chat="42")
     timeline: list[str] = []
     first_inside = anyio.Event()
+    second_waiting = anyio.Event()
 
     async def respond(turn: TurnArgs) -> str:
         timeline.append(f"start {turn.input}")
-        first_inside.set()
-        await anyio.sleep(0.03)
+        if turn.input == "m1":
+            first_inside.set()
+            await second_waiting.wait()  # the second update arrives meanwhile
         timeline.append(f"end {turn.input}")
         return turn.input
 
@@ -301,4 +303,6 @@ async def test_turns_of_one_chat_from_parallel_updates_run_in_order() -> None:
         group.start_soon(one, 1)
         await first_inside.wait()  # the first turn holds the chat's lock
         group.start_soon(one, 2)
+        await anyio.wait_all_tasks_blocked()  # the second turn is waiting (or, wrongly, done)
+        second_waiting.set()
     assert timeline == ["start m1", "end m1", "start m2", "end m2"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from pydantic import ValidationError
 
 from agency_runtime import InvalidArgumentError
 from turn_kit._identity import _JS_WHITESPACE
+from turn_kit.telegram import _parse
 from turn_kit.telegram._parse import (
     TelegramMessage,
     bare_telegram_chat_id,
@@ -310,14 +310,38 @@ def test_whitespace_only_chunks_are_dropped() -> None:
     assert chunk_telegram_text("hi  \n ", 10) == ["hi"]
 
 
-def test_a_megabyte_is_chunked_quickly() -> None:
+class _Scanned(str):
+    """The chunker's code units, counting how many of them it reads (slices and searches)."""
+
+    read = 0
+
+    def rfind(self, sub: str, start: Any = None, end: Any = None) -> int:  # type: ignore[override]
+        _Scanned.read += (len(self) if end is None else end) - (start or 0)
+        return str.rfind(self, sub, start, end)
+
+    def __getitem__(self, key: Any) -> str:  # type: ignore[override]
+        if isinstance(key, slice):
+            _Scanned.read += len(range(*key.indices(len(self))))
+        else:
+            _Scanned.read += 1
+        return str.__getitem__(self, key)
+
+
+def test_a_megabyte_is_chunked_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
     text = ("Hello 😀 world, line of text\n" * 40000)[:1_000_000]
-    started = time.perf_counter()
+    real = _parse._code_units
+
+    def counted(text: str) -> tuple[str, bool]:
+        code_units, astral = real(text)
+        return _Scanned(code_units), astral
+
+    monkeypatch.setattr(_parse, "_code_units", counted)
+    _Scanned.read = 0
     chunks = chunk_telegram_text(text)
-    elapsed = time.perf_counter() - started
     assert all(units(chunk) <= 4096 for chunk in chunks)
     assert strip_ws("".join(chunks)) == strip_ws(text)
-    assert elapsed < 2.0
+    # Quick means linear: each code unit is read a bounded number of times, not once per chunk.
+    assert 0 < _Scanned.read <= 3 * units(text)
 
 
 # -- hypothesis fuzzing ---------------------------------------------------------------------------

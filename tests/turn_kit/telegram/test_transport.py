@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import httpx
 import pytest
 import telegram
 
 from agency_runtime import InvalidArgumentError
+from tests.support import asyncio_only
 from turn_kit import TurnKitError
 from turn_kit.telegram import _transport
 from turn_kit.telegram._fake import FakeBotApi
@@ -140,12 +141,21 @@ async def test_rate_limit_waits_retry_after_then_succeeds(
     assert [s["text"] for s in api.sent] == ["after the wait"]
 
 
-async def test_rate_limit_really_sleeps_fractional_retry_after(api: FakeBotApi) -> None:
+async def test_rate_limit_really_sleeps_fractional_retry_after(
+    api: FakeBotApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _transport._sleep is anyio.sleep  # the back-off is a real sleep...
+    waited: list[float] = []
+
+    async def recorded(seconds: float) -> None:
+        waited.append(seconds)
+        await anyio.lowlevel.checkpoint()
+
+    monkeypatch.setattr(_transport, "_sleep", recorded)
     api.fail_next("sendMessage", "rate_limit", retry_after=0.2)
     async with BotApiTransport(TOKEN, base_url=api.base_url) as transport:
-        started = time.monotonic()
         assert (await transport.send_message("5", "x")).ok
-    assert time.monotonic() - started >= 0.19
+    assert waited == [0.2]  # ...of the fractional retry_after, not rounded
 
 
 async def test_rate_limit_retries_are_bounded(api: FakeBotApi, sleeps: list[float]) -> None:
@@ -471,22 +481,41 @@ async def test_fake_get_updates_offset_semantics(api: FakeBotApi) -> None:
 
 
 async def test_fake_long_poll_times_out_and_wakes(api: FakeBotApi) -> None:
+    # The fake serves on its own thread and waits in real time. The client gives up after
+    # 5 s while the fake's cap is a minute: a poll that ignored its timeout, or that a push
+    # did not wake, would fail with a read timeout.
+    api.long_poll_cap = 60
+    waiting = threading.Event()
+
+    class Watched(threading.Condition):
+        """The fake's condition, telling when a long poll starts to wait on it."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            waiting.set()
+            return super().wait(timeout)
+
+    api._cond = Watched(api._lock)
     url = f"{api.base_url}/bot{TOKEN}/getUpdates"
     async with httpx.AsyncClient(timeout=5) as client:
-        started = time.monotonic()
-        empty = (await client.get(url, params={"timeout": "0.3"})).json()
-        assert empty == {"ok": True, "result": []}
-        assert 0.25 <= time.monotonic() - started < 2
+        empty = (await client.get(url, params={"timeout": "0.05"})).json()
+        assert empty == {"ok": True, "result": []}  # its own timeout ended the wait
+        assert waiting.is_set()  # it did wait
+        waiting.clear()
 
-        timer = threading.Timer(0.2, api.push_message, args=(5, "late"))
-        timer.start()
-        started = time.monotonic()
-        woke = (await client.get(url, params={"timeout": "4"})).json()["result"]
-        timer.join()
+        woke: list[Any] = []
+
+        async def poll() -> None:
+            woke.extend((await client.get(url, params={"timeout": "30"})).json()["result"])
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(poll)
+            await anyio.to_thread.run_sync(waiting.wait, 5)  # the poll waits on the fake
+            assert waiting.is_set()
+            api.push_message(5, "late")
         assert [u["message"]["text"] for u in woke] == ["late"]
-        assert time.monotonic() - started < 2
 
 
+@asyncio_only("python-telegram-bot is asyncio code (asyncio.gather in telegram.Bot)")
 async def test_fake_works_with_ptb_bot_and_webhooks(api: FakeBotApi) -> None:
     api.push_message(5, "hello bot")
     async with telegram.Bot(TOKEN, base_url=f"{api.base_url}/bot") as bot:
