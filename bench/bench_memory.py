@@ -17,7 +17,7 @@
   - new conversation — a tag no item carries yet (the first turn of every conversation),
     query ``"hello"`` (no item contains it);
 
-* the same against a MemoryStore (an in-process dict, scanned per call) for comparison;
+* the same against a MemoryStore (an in-process dict with its own word index) for comparison;
 * a diagnostic row: the topic-match recall straight from ``store.recall_memory``, i.e. what
   ConversationMemory adds on top (validation, purge throttling, MemoryItem building).
 

@@ -19,7 +19,7 @@ from .._types import (
     RunRecord,
     RunStatus,
 )
-from ._rules import bm25_scores, claim_decision, query_terms, text_tokens
+from ._rules import Corpus, claim_decision, query_terms
 
 __all__ = ["MemoryStore"]
 
@@ -297,15 +297,17 @@ class MemoryStore:
     # -- memory ------------------------------------------------------------------------------
 
     _memories: dict[str, MemoryRecord] | None = None
+    _corpus: Corpus | None = None
     _documents: dict[tuple[str, str], str] | None = None
 
     async def save_memory(self, record: MemoryRecord) -> bool:
         with self._lock:
-            if self._memories is None:
-                self._memories = {}
+            if self._memories is None or self._corpus is None:
+                self._memories, self._corpus = {}, Corpus()
             if record.id in self._memories:
                 return False  # saved before under this id: an idempotent repeat
             self._memories[record.id] = record.model_copy(deep=True)
+            self._corpus.add(record.id, record.content)
             return True
 
     async def recall_memory(
@@ -318,29 +320,28 @@ class MemoryStore:
         limit: int,
         now: float,
     ) -> list[MemoryRecord]:
+        terms = query_terms(query)
         with self._lock:
-            everything = list((self._memories or {}).values())
-        items = [
-            item
-            for item in everything
-            if item.namespace == namespace
-            and (item.expires_at is None or item.expires_at > now)
-            and (scope is None or item.scope == scope)
-            and all(tag in item.tags for tag in tags)
-        ]
+            items = [
+                item
+                for item in (self._memories or {}).values()
+                if item.namespace == namespace
+                and (item.expires_at is None or item.expires_at > now)
+                and (scope is None or item.scope == scope)
+                and all(tag in item.tags for tag in tags)
+            ]
+            matched: list[tuple[float, MemoryRecord]] = []
+            if terms and self._corpus is not None:
+                corpus = self._corpus
+                candidates = [item for item in items if corpus.matches(item.id, terms)]
+                scores = corpus.scores(terms, [item.id for item in candidates])
+                matched = list(zip(scores, candidates, strict=True))
         # Items are kept in save order, so the position breaks ties: the later save is newer.
         order = {id(item): position for position, item in enumerate(items)}
 
         def newest(item: MemoryRecord) -> tuple[float, int]:
             return (item.created_at, order[id(item)])
 
-        terms = query_terms(query)
-        matched: list[tuple[float, MemoryRecord]] = []
-        if terms:
-            tokens = {id(item): text_tokens(item.content) for item in everything}
-            candidates = [i for i in items if any(t in tokens[id(i)] for t in terms)]
-            scores = bm25_scores(terms, [tokens[id(i)] for i in candidates], list(tokens.values()))
-            matched = list(zip(scores, candidates, strict=True))
         if matched:  # the best bm25 first (lower is better), then the newest: as SQLite orders
             matched.sort(key=lambda pair: (pair[0], [-x for x in newest(pair[1])]))
             chosen = [item for _, item in matched[:limit]]
@@ -367,6 +368,8 @@ class MemoryStore:
             ]
             for key in expired:
                 del memories[key]
+                if self._corpus is not None:
+                    self._corpus.remove(key)
             return len(expired)
 
     async def get_document(self, namespace: str, key: str) -> str | None:

@@ -2,19 +2,20 @@
 
 Who may claim a run (:func:`claim_decision`), which words a memory query searches
 (:func:`query_terms`, read like FTS5's tokenizer reads them), and how recall ranks matches
-(:func:`bm25_scores`, the ranking SQLite's FTS5 computes, done in Python for stores without
-a full-text index).
+(:class:`Corpus`, the ranking SQLite's FTS5 computes, done in Python for stores without a
+full-text index).
 """
 
 from __future__ import annotations
 
 import math
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 
 from .._types import RunRecord
 
-__all__ = ["bm25_scores", "claim_decision", "query_terms", "text_tokens"]
+__all__ = ["Corpus", "claim_decision", "query_terms", "text_tokens"]
 
 
 def text_tokens(text: str) -> list[str]:
@@ -49,35 +50,67 @@ BM25_K1, BM25_B = 1.2, 0.75
 """The constants of FTS5's ``bm25()``."""
 
 
-def bm25_scores(
-    terms: Sequence[str], documents: Sequence[Sequence[str]], corpus: Sequence[Sequence[str]]
-) -> list[float]:
-    """FTS5's ``bm25()`` of each of ``documents`` (token lists) for an OR query of ``terms``.
+class Corpus:
+    """What FTS5's ``bm25()`` counts over a full-text index, kept up to date as items come and go.
 
-    ``corpus`` is every document of the full-text index (what FTS5 counts ``N`` and the
-    average length over: all namespaces, expired items not yet purged). Lower is better, as
-    in SQLite; a document matching no term scores ``0.0``. Stores without a full-text index
-    rank recall with it, so every backend picks the same items.
+    The number of documents, their total length in words and, for each word, how many
+    documents hold it; and each document's word counts. Adding and removing a document costs
+    its own length, so ranking never reads the whole index again.
     """
-    total = len(corpus)
-    if not total or not terms:
-        return [0.0 for _ in documents]
-    average = sum(len(tokens) for tokens in corpus) / total or 1.0
-    holding = {term: sum(1 for tokens in corpus if term in tokens) for term in terms}
-    weights = {
-        term: max(math.log((total - n + 0.5) / (n + 0.5)), 1e-6) for term, n in holding.items()
-    }
-    scores: list[float] = []
-    for tokens in documents:
-        length = len(tokens)
-        score = 0.0
-        for term in terms:
-            count = tokens.count(term)
-            if count:
-                norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average)
-                score -= weights[term] * count * (BM25_K1 + 1) / (count + norm)
-        scores.append(score)
-    return scores
+
+    def __init__(self) -> None:
+        self.documents: dict[str, Counter[str]] = {}
+        self.length = 0
+        self.holding: Counter[str] = Counter()
+
+    def add(self, key: str, text: str) -> None:
+        """Index ``text`` under ``key`` (a key indexed before is replaced)."""
+        self.remove(key)
+        counts = Counter(text_tokens(text))
+        self.documents[key] = counts
+        self.length += counts.total()
+        self.holding.update(counts.keys())
+
+    def remove(self, key: str) -> None:
+        """Forget the document under ``key``, if any."""
+        counts = self.documents.pop(key, None)
+        if counts is not None:
+            self.length -= counts.total()
+            self.holding.subtract(counts.keys())
+
+    def scores(self, terms: Sequence[str], keys: Sequence[str]) -> list[float]:
+        """FTS5's ``bm25()`` of each document of ``keys`` for an OR query of ``terms``.
+
+        The whole corpus is what ``N`` and the average length count (in SQLite: all
+        namespaces, expired items not yet purged). Lower is better, as in SQLite; a document
+        matching no term scores ``0.0``. Stores without a full-text index rank recall with
+        it, so every backend picks the same items.
+        """
+        total = len(self.documents)
+        if not total or not terms:
+            return [0.0 for _ in keys]
+        average = self.length / total or 1.0
+        weights = {
+            term: max(math.log((total - n + 0.5) / (n + 0.5)), 1e-6)
+            for term in terms
+            for n in (self.holding[term],)
+        }
+        scores: list[float] = []
+        for key in keys:
+            counts = self.documents[key]
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * counts.total() / average)
+            score = 0.0
+            for term in terms:
+                count = counts[term]
+                if count:
+                    score -= weights[term] * count * (BM25_K1 + 1) / (count + norm)
+            scores.append(score)
+        return scores
+
+    def matches(self, key: str, terms: Sequence[str]) -> bool:
+        """Whether the document under ``key`` holds any of ``terms``."""
+        counts = self.documents[key]
+        return any(term in counts for term in terms)
 
 
 def claim_decision(existing: RunRecord | None, now: float, steal_from: str | None = None) -> str:
