@@ -6,6 +6,7 @@ test holds the two equal). Everything else is private (modules with a leading un
 Importing this package is cheap: litellm is imported lazily, on the first call that needs it.
 """
 
+from ._boundary._worker import Worker
 from ._clock import Clock
 from ._core._cancel import AbortSignal
 from ._core._context import RuntimeContext
@@ -47,6 +48,7 @@ from ._errors import (
     RunNotFoundError,
     RunPaused,
     RunPausedError,
+    RunWaitTimeoutError,
     StepResultError,
     StoreError,
     StoreSchemaError,
@@ -77,6 +79,7 @@ from ._store import (
     MemoryIndex,
     MemoryStore,
     RunLog,
+    RunQueue,
     SqliteStore,
     Store,
     open_store,
@@ -154,9 +157,11 @@ __all__ = [
     "RunNotFoundError",
     "RunPaused",
     "RunPausedError",
+    "RunQueue",
     "RunRecord",
     "RunResult",
     "RunStatus",
+    "RunWaitTimeoutError",
     "RuntimeContext",
     "SaveReceipt",
     "SqliteStore",
@@ -173,6 +178,7 @@ __all__ = [
     "ThreadStoreData",
     "TimeGuard",
     "Usage",
+    "Worker",
     "__version__",
     "agency",
     "approve",

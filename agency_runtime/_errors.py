@@ -4,9 +4,9 @@ Every error a user can cause derives from :class:`AgencyError` and has a message
 what happened and how to fix it. Lower-layer errors (``sqlite3``, litellm, HTTP) are mapped
 into these classes at the boundary, with the original chained as ``__cause__``.
 
-Control-flow signals (:class:`RunPaused`, :class:`RestoreSignal`) derive from
-``BaseException`` like ``asyncio.CancelledError``, so a user's ``except Exception:`` never
-swallows them.
+Control-flow signals (:class:`RunPaused`, :class:`RestoreSignal`, :class:`RunHandedBack`)
+derive from ``BaseException`` like ``asyncio.CancelledError``, so a user's
+``except Exception:`` never swallows them.
 
 Tree::
 
@@ -22,6 +22,7 @@ Tree::
     │   ├── StoreSchemaError
     │   └── JournalCorruptError
     ├── RunNotFoundError (also LookupError)
+    ├── RunWaitTimeoutError (also TimeoutError)
     ├── RunConflictError
     ├── EntryImportError
     │   └── EntryNotAllowedError
@@ -44,6 +45,7 @@ Tree::
 
     RunPaused (BaseException)
     RestoreSignal (BaseException)
+    RunHandedBack (BaseException)
 """
 
 from __future__ import annotations
@@ -80,10 +82,12 @@ __all__ = [
     "ResultSerializationError",
     "RunConflictError",
     "RunFailedError",
+    "RunHandedBack",
     "RunInterruptedError",
     "RunNotFoundError",
     "RunPaused",
     "RunPausedError",
+    "RunWaitTimeoutError",
     "StepResultError",
     "StoreError",
     "StoreSchemaError",
@@ -159,6 +163,19 @@ class RunNotFoundError(AgencyError, LookupError):
         super().__init__(
             f"no run with id {run_id!r}{where}; "
             "list the runs with `agency.runs.list()` to find the right id"
+        )
+
+
+class RunWaitTimeoutError(AgencyError, TimeoutError):
+    """``agency.runs.wait`` gave up: the run was still queued or running at its timeout."""
+
+    def __init__(self, run_id: str, status: str, timeout: float) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(
+            f"run {run_id!r} is still {status} after {timeout:g} s; is a worker serving its "
+            "queue (`agency worker --store URL --queue NAME`)? Wait longer, or look at it "
+            "with `agency runs show ID`"
         )
 
 
@@ -361,6 +378,10 @@ class RunPaused(BaseException):
         self.interrupts = interrupts
         ids = ", ".join(i.interrupt_id for i in interrupts)
         super().__init__(f"run paused on interrupt(s) {ids}")
+
+
+class RunHandedBack(BaseException):
+    """Signal: a draining worker hands the run back to its queue after the step it committed."""
 
 
 class RestoreSignal(BaseException):

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
 from ._boundary._admin import RunsNamespace
+from ._boundary._queue import QueuesNamespace, enqueue
 from ._boundary._resume import respond_to_interrupts, resume
 from ._boundary._run import run, run_sync
 from ._boundary._runtime import RUNTIME
@@ -148,9 +149,11 @@ class Agency:
         self.thread = ThreadNamespace()
         self.threads = ThreadsNamespace()
         self.runs = RunsNamespace()
+        self.queues = QueuesNamespace()
         self.memory = MemoryNamespace()
 
     run = staticmethod(run)
+    enqueue = staticmethod(enqueue)
     run_sync = staticmethod(run_sync)
     resume = staticmethod(resume)
     respond_to_interrupts = staticmethod(respond_to_interrupts)

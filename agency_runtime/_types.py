@@ -36,8 +36,11 @@ __all__ = [
     "RunStatus",
 ]
 
-RunStatus = Literal["running", "completed", "paused", "failed", "cancelled"]
-"""A run's state. ``completed`` and ``cancelled`` are final; the others can continue."""
+RunStatus = Literal["queued", "running", "completed", "paused", "failed", "cancelled"]
+"""A run's state. ``completed`` and ``cancelled`` are final; the others can continue.
+
+``queued``: waiting for a worker (``agency.enqueue``, an answer given with ``enqueue=True``,
+or handed back by a draining worker)."""
 
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "cancelled"})
 
@@ -281,6 +284,11 @@ class RunRecord(BaseModel):
     unjournaled_tokens: int = 0
     attempts: int = 0
     version: int = 0
+    queue: str | None = Field(
+        default=None,
+        description="The queue whose workers run it (None: only agency.run/resume do).",
+    )
+    priority: int = Field(default=0, description="Within its queue, higher runs first.")
     lease_owner: str | None = None
     lease_expires_at: float | None = None
     created_at: float = Field(default_factory=time.time)

@@ -8,9 +8,11 @@ Commands::
     agency runs journal RUN_ID
     agency runs resume RUN_ID [--import MODULE]...
     agency runs respond RUN_ID (--approve [VALUE] | --reject [VALUE] | --answers JSON)
-                                [--interrupt ID]... [--import MODULE]...
+                                [--interrupt ID]... [--import MODULE]... [--enqueue]
+    agency runs wait RUN_ID [--timeout S]
     agency runs cancel RUN_ID
     agency runs fork RUN_ID STEP_PATH [--new-id ID]
+    agency worker [--queue NAME]... [--concurrency N] [--lease S] [--poll S] [--import MODULE]...
 
 Every ``runs`` command takes ``--store URL`` (default: ``AGENCY_STORE``, else the embedded
 store in ``./.agency/``) and ``--json`` (machine-readable output), before or after the
@@ -40,7 +42,9 @@ import argparse
 import importlib
 import io
 import json
+import math
 import os
+import signal
 import sys
 import textwrap
 import time
@@ -55,6 +59,7 @@ from pydantic_core import to_json, to_jsonable_python
 
 from ._boundary._admin import MAX_LIST_LIMIT
 from ._boundary._runtime import RUNTIME
+from ._boundary._worker import Worker
 from ._core._money import PICO_PER_USD
 from ._errors import (
     AgencyError,
@@ -71,7 +76,14 @@ from ._types import Interrupt, InterruptResponse, JournalEntry, RunResult, RunSt
 __all__ = ["build_parser", "main"]
 
 PROG = "agency"
-STATUSES: tuple[RunStatus, ...] = ("running", "completed", "paused", "failed", "cancelled")
+STATUSES: tuple[RunStatus, ...] = (
+    "queued",
+    "running",
+    "completed",
+    "paused",
+    "failed",
+    "cancelled",
+)
 WIDTH = 100
 """The widest a table (or a line of ``runs show``) may be, in characters."""
 PREVIEW = 60
@@ -501,16 +513,60 @@ class _Commands:
                     f"--answers gives no answer for interrupt {missing[0]!r} of run "
                     f"{record.run_id!r}"
                 )
+        started = time.monotonic()
+        if ns.enqueue:  # a worker continues it, with the entry its process declares
+            self._progress(f"answering {len(chosen)} interrupt(s); queuing {record.run_id}…")
+            result = await agency.respond_to_interrupts(
+                [pending[k] for k in chosen],
+                {k: answers[k] for k in chosen},
+                store=self.store,
+                enqueue=True,
+            )
+            return self._outcome(result, started)
         self._app_modules()
         # Find the entry before storing any answer: an entry the application did not declare
         # is refused here (EntryNotAllowedError), and the run stays paused, unanswered.
         RUNTIME.entries.find(record.run_id, record.entry)
         self._progress(f"answering {len(chosen)} interrupt(s); resuming {record.run_id}…")
-        started = time.monotonic()
         result = await agency.respond_to_interrupts(
             [pending[k] for k in chosen], {k: answers[k] for k in chosen}, store=self.store
         )
         return self._outcome(result, started)
+
+    async def wait(self) -> int:
+        """``agency runs wait RUN_ID [--timeout S]``."""
+        await _record(self.store, self.ns.run_id)
+        started = time.monotonic()
+        result = await agency.runs.wait(self.ns.run_id, store=self.store, timeout=self.ns.timeout)
+        return self._outcome(result, started)
+
+    async def worker(self) -> int:
+        """``agency worker [--queue NAME]... [--concurrency N] ...``: serve until SIGTERM."""
+        self._app_modules()
+        ns = self.ns
+        worker = Worker(
+            self.store,
+            queues=ns.queues or ["default"],
+            concurrency=ns.concurrency,
+            lease=ns.lease,
+            poll=ns.poll,
+        )
+        print(
+            f"worker {worker.owner}: serving queue(s) {', '.join(worker.queues)} of "
+            f"{self.store.url} with {worker.concurrency} slot(s); SIGTERM or Ctrl-C drains",
+            file=self.err,
+            flush=True,
+        )
+        async with anyio.create_task_group() as group:
+            group.start_soon(_drain_on_signal, worker, group.cancel_scope, self.err)
+            await worker.run()
+            group.cancel_scope.cancel()
+        print(
+            f"worker {worker.owner}: drained after {worker.runs_finished} run(s)",
+            file=self.err,
+            flush=True,
+        )
+        return 0
 
     async def cancel(self) -> int:
         """``agency runs cancel RUN_ID``."""
@@ -582,6 +638,26 @@ class _Commands:
             _wrapped("error: ", f"{result.error.type}: {result.error.message}", 7, out)
         print(f"cost: {_usd_float(result.cost)}  tokens: {result.tokens}", file=out)
         return code
+
+
+async def _drain_on_signal(worker: Worker, scope: anyio.CancelScope, err: TextIO) -> None:
+    """The first SIGTERM or SIGINT drains the worker; a second one stops it at once (its
+    runs go back to their queues)."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for number in signals:
+            name = signal.Signals(number).name
+            print(
+                f"worker {worker.owner}: {name}: draining (again to stop at once)",
+                file=err,
+                flush=True,
+            )
+            break
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.drain)
+            async for _ in signals:
+                await worker.drain(timeout=0)
+                scope.cancel()
+                break
 
 
 def _parse_value(text: str | None) -> Any:
@@ -674,6 +750,47 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     ).add_argument("rest", nargs=argparse.REMAINDER)
 
+    worker = commands.add_parser(
+        "worker",
+        help="serve queued runs until SIGTERM (which drains: runs go back to their queue)",
+        parents=[common],
+        description="Claim queued runs of the store and run them. Entries must be declared "
+        "(@agency.entry) in modules named with --import. The first SIGTERM or Ctrl-C drains "
+        "(each running run stops after its next step and goes back to its queue); a second "
+        "one stops at once.",
+    )
+    worker.set_defaults(action="worker")
+    worker.add_argument(
+        "--queue",
+        dest="queues",
+        action="append",
+        metavar="NAME",
+        help="serve this queue (repeatable; default: default)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=_whole("--concurrency", 1, 10_000),
+        default=8,
+        metavar="N",
+        help="run at most N runs at once (default 8)",
+    )
+    worker.add_argument(
+        "--lease",
+        type=_seconds("--lease"),
+        default=30.0,
+        metavar="S",
+        help="a claim lasts S seconds unless renewed (default 30): a dead worker's runs "
+        "move on after that",
+    )
+    worker.add_argument(
+        "--poll",
+        type=_seconds("--poll"),
+        default=1.0,
+        metavar="S",
+        help="look for work every S seconds when not woken (default 1)",
+    )
+    _add_imports(worker)
+
     runs = commands.add_parser(
         "runs", help="list, inspect, resume, answer, cancel and fork runs", parents=[common]
     )
@@ -752,7 +869,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="answer only this interrupt (repeatable; default: every pending one)",
     )
+    respond.add_argument(
+        "--enqueue",
+        action="store_true",
+        help="store the answers and hand the run to a worker of its queue instead of "
+        "continuing it here (no --import needed)",
+    )
     _add_imports(respond)
+
+    waiting = sub.add_parser(
+        "wait",
+        help="wait until a run is completed, failed, cancelled or paused",
+        parents=[common],
+    )
+    waiting.add_argument("run_id", metavar="RUN_ID")
+    waiting.add_argument(
+        "--timeout", type=_seconds("--timeout"), metavar="S", help="give up after S seconds"
+    )
 
     cancel = sub.add_parser("cancel", help="cancel a run (final)", parents=[common])
     cancel.add_argument("run_id", metavar="RUN_ID")
@@ -764,6 +897,22 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("step_path", metavar="STEP_PATH", help="e.g. order/1 (see runs journal)")
     fork.add_argument("--new-id", metavar="ID", help="the new run's id (default: generated)")
     return parser
+
+
+def _seconds(option: str) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds > 0."""
+
+    def parse(text: str) -> float:
+        shown = _cut(text, 24)
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{shown!r} is not a number of seconds") from None
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"{option} must be seconds > 0, got {shown}")
+        return value
+
+    return parse
 
 
 def _whole(option: str, low: int, high: int) -> Callable[[str], int]:

@@ -8,7 +8,8 @@ from typing import get_args
 
 from .._errors import InvalidArgumentError, RunNotFoundError
 from .._store import RunRecord, Store
-from .._types import JournalEntry, RunStatus
+from .._types import JournalEntry, RunResult, RunStatus
+from ._queue import wait
 from ._resume import get_record
 from ._runtime import RUNTIME
 
@@ -51,6 +52,16 @@ class RunsNamespace:
                 )
         store_ = RUNTIME.stores.resolve(store)
         return await store_.list_runs(status=status, limit=limit, offset=offset)
+
+    async def wait(
+        self, run_id: str, *, store: str | Store | None = None, timeout: float | None = None
+    ) -> RunResult:
+        """Wait for run ``run_id`` to be completed, failed, cancelled or paused; its result.
+
+        Raises :class:`RunNotFoundError` for an unknown id and :class:`RunWaitTimeoutError`
+        when ``timeout`` seconds pass first (the run goes on).
+        """
+        return await wait(run_id, store=store, timeout=timeout)
 
     async def get(self, run_id: str, *, store: str | Store | None = None) -> RunRecord:
         """The stored run ``run_id``; raises :class:`RunNotFoundError` if there is none."""

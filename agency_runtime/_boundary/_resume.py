@@ -18,7 +18,7 @@ from .._errors import (
 from .._interrupts import HandlerDecision
 from .._store import RunRecord, Store
 from .._types import Interrupt, InterruptResponse, RunResult
-from ._run import _result_from_record, drive
+from ._run import drive, result_from_record
 from ._runtime import RUNTIME
 
 __all__ = ["get_record", "respond_to_interrupts", "resume"]
@@ -66,7 +66,7 @@ async def resume(run_id: str, *, store: str | Store | None = None) -> RunResult:
     record = await get_record(store_, run_id)
     if record.is_final:
         entry: Any = RUNTIME.entries.known(record.run_id, record.entry)
-        return _result_from_record(record, entry)
+        return result_from_record(record, entry)
     return await _continue(store_, record)
 
 
@@ -104,8 +104,14 @@ async def respond_to_interrupts(
     responses: Sequence[InterruptResponse] | Mapping[str, InterruptResponse],
     *,
     store: str | Store | None = None,
+    enqueue: bool = False,
 ) -> RunResult:
     """Answer a paused run's interrupts, then continue the run and return its result.
+
+    With ``enqueue=True`` the answers are stored and, in the same transaction, the run is
+    handed to a worker of its queue (``"default"`` for a run started with ``agency.run``)
+    instead of continuing in this process: the result returned is the run as queued, and
+    ``agency.runs.wait(run_id)`` waits for its outcome.
 
     ``target`` names the paused run: its :class:`RunResult`, its :class:`RunRecord`
     (``agency.runs.get(...)``), its run id, or the list of its interrupts. ``responses`` is
@@ -154,8 +160,9 @@ async def respond_to_interrupts(
             f"respond_to_interrupts: run {run_id!r} is {record.status}, not paused, so it has "
             "no interrupts to answer"
         )
-    RUNTIME.entries.find(record.run_id, record.entry)  # an undeclared entry: refused before
-    refused = await store_.answer_interrupts(run_id, answers)
+    if not enqueue:  # an undeclared entry: refused before anything is stored
+        RUNTIME.entries.find(record.run_id, record.entry)
+    refused = await store_.answer_interrupts(run_id, answers, enqueue=enqueue)
     if not refused:
         RUNTIME.journals.answered(store_, run_id, record.version, answers)
     if refused:
@@ -164,6 +171,9 @@ async def respond_to_interrupts(
             f"respond_to_interrupts: interrupt(s) {refused} of run {run_id!r} are not pending "
             f"(unknown, or answered already); pending: {pending}. Nothing was stored."
         )
+    if enqueue:
+        queued = await get_record(store_, run_id)
+        return result_from_record(queued, RUNTIME.entries.known(run_id, queued.entry))
     return await _continue(store_, record)
 
 

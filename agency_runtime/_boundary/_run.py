@@ -28,7 +28,7 @@ from .._core._jsondata import check_text
 from .._core._money import pico_to_usd
 from .._core._threads import ThreadStore
 from .._durable._entries import location_ref
-from .._durable._journal import JOURNAL, RunJournal
+from .._durable._journal import JOURNAL, HandBack, RunJournal
 from .._durable._leases import holder_is_dead, owner_id
 from .._durable._values import (
     check_entry,
@@ -48,6 +48,7 @@ from .._errors import (
     InvalidArgumentError,
     RestoreSignal,
     RunConflictError,
+    RunHandedBack,
     RunInterruptedError,
     RunPaused,
 )
@@ -55,7 +56,16 @@ from .._store import RunRecord, Store
 from .._types import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._runtime import RUNTIME
 
-__all__ = ["drive", "run", "run_sync"]
+__all__ = [
+    "LEASE_SECONDS",
+    "check_run_id",
+    "check_same_inputs",
+    "drive",
+    "execute",
+    "result_from_record",
+    "run",
+    "run_sync",
+]
 
 logger = logging.getLogger("agency_runtime.run")
 
@@ -66,7 +76,7 @@ _WAIT_MIN, _WAIT_MAX = 0.005, 0.25
 _MAX_RUN_ID = 512
 
 
-def _check_run_id(run_id: object) -> str:
+def check_run_id(run_id: object) -> str:
     if run_id is None:
         return uuid.uuid4().hex
     if not isinstance(run_id, str) or not run_id.strip():
@@ -79,7 +89,7 @@ def _check_run_id(run_id: object) -> str:
     return run_id
 
 
-def _check_same_inputs(
+def check_same_inputs(
     stored: RunRecord, ref: str, arguments: str, location: str | None = None
 ) -> None:
     differences: list[str] = []
@@ -95,15 +105,16 @@ def _when(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
 
 
-def _result_from_record(record: RunRecord, entry: Callable[..., Any]) -> RunResult:
-    """The stored outcome of a run, its value revived into the entry's return type."""
+def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> RunResult:
+    """The stored outcome of a run, its value revived into the entry's return type (as
+    plain JSON data when the entry is not known here)."""
     duration = None
     if record.started_at is not None and record.finished_at is not None:
         duration = max(0.0, record.finished_at - record.started_at)
     return RunResult(
         run_id=record.run_id,
         status=record.status,
-        value=revive_value(record.value, return_adapter(entry)),
+        value=revive_value(record.value, None if entry is None else return_adapter(entry)),
         interrupts=record.interrupts,
         cost=pico_to_usd(record.cost_pico),
         tokens=record.tokens,
@@ -138,7 +149,7 @@ async def run(
     raises :class:`RunConflictError` saying what differs.
     """
     check_entry(entry)
-    run_id = _check_run_id(run_id)
+    run_id = check_run_id(run_id)
     store_ = RUNTIME.stores.resolve(store)
     ref = RUNTIME.entries.entry_ref(entry)
     arguments = encode_arguments(args, kwargs)
@@ -149,9 +160,9 @@ async def run(
 
     stored = await store_.get_run(run_id)
     if stored is not None:
-        _check_same_inputs(stored, ref, arguments, location_ref(entry))
+        check_same_inputs(stored, ref, arguments, location_ref(entry))
         if stored.is_final:
-            return _result_from_record(stored, entry)
+            return result_from_record(stored, entry)
         model = model or stored.model
     RUNTIME.entries.remember(run_id, entry)
     record = RunRecord(
@@ -183,17 +194,17 @@ async def drive(
         )
         if claim.acquired:
             break
-        _check_same_inputs(claim.record, record.entry, record.arguments, location_ref(entry))
+        check_same_inputs(claim.record, record.entry, record.arguments, location_ref(entry))
         if claim.record.is_final:
-            return _result_from_record(claim.record, entry)
+            return result_from_record(claim.record, entry)
         if holder_is_dead(claim.record.lease_owner):
             dead = claim.record.lease_owner  # a crashed process on this machine: take over now
             continue
         finished = await _wait_for_holder(store, record.run_id, delay)
         if finished is not None:
-            return _result_from_record(finished, entry)
+            return result_from_record(finished, entry)
         delay = min(delay * 2, _WAIT_MAX)
-    return await _execute(store, claim.record, owner, entry, args, kwargs, fresh=claim.created)
+    return await execute(store, claim.record, owner, entry, args, kwargs, fresh=claim.created)
 
 
 async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord | None:
@@ -217,11 +228,11 @@ async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord
         delay = min(delay * 2, _WAIT_MAX)
 
 
-async def _renew_lease(store: Store, run_id: str, owner: str) -> None:
+async def _renew_lease(store: Store, run_id: str, owner: str, lease_seconds: float) -> None:
     clock = RUNTIME.clock
     while True:
-        await clock.sleep(LEASE_SECONDS / 3)
-        if not await store.renew_lease(run_id, owner=owner, lease_seconds=LEASE_SECONDS):
+        await clock.sleep(lease_seconds / 3)
+        if not await store.renew_lease(run_id, owner=owner, lease_seconds=lease_seconds):
             logger.warning(
                 "run %r: lost its lease (another process took the run over); "
                 "its outcome here will not be stored",
@@ -230,7 +241,7 @@ async def _renew_lease(store: Store, run_id: str, owner: str) -> None:
             return
 
 
-async def _execute(
+async def execute(
     store: Store,
     record: RunRecord,
     owner: str,
@@ -239,6 +250,8 @@ async def _execute(
     kwargs: dict[str, Any],
     *,
     fresh: bool = False,
+    lease_seconds: float | None = None,
+    handback: HandBack | None = None,
 ) -> RunResult:
     """Execute a claimed run and store its outcome; never leaves it ``running``.
 
@@ -246,6 +259,11 @@ async def _execute(
     failure, a bug of ours — ends as a result (``failed`` with the error); an interruption
     from outside (an enclosing cancel scope, ``KeyboardInterrupt``) still stores the run as
     ``failed`` and releases its lease before it propagates.
+
+    ``lease_seconds`` is how long the lease lasts between renewals (default
+    :data:`LEASE_SECONDS`). With ``handback`` (a worker's run), the run goes back to its queue instead: after the
+    next step commit once ``handback.requested`` is set (a draining worker), and when it is
+    interrupted from outside (another worker continues it from its journal).
     """
     clock = RUNTIME.clock
     ctx = RuntimeContext(record.run_id, model=record.model, store=store, clock=clock)
@@ -260,9 +278,11 @@ async def _execute(
     started = record.started_at or clock.time()
     try:
         async with anyio.create_task_group() as renewals:
-            renewals.start_soon(_renew_lease, store, record.run_id, owner)
+            lease = LEASE_SECONDS if lease_seconds is None else lease_seconds
+            renewals.start_soon(_renew_lease, store, record.run_id, owner, lease)
             try:
                 journal = await _open_journal(store, record, owner, ctx, fresh=fresh)
+                journal.handback = handback
                 if record.overrides is not None:
                     args, kwargs = decode_arguments(entry, record.overrides)
                     ctx.globals.update(stored_globals(record.overrides))
@@ -273,7 +293,9 @@ async def _execute(
                         args, kwargs = await _rewind(journal, ctx, entry, args, kwargs, outcome)
                         continue
                     break
-                if isinstance(outcome, RunPaused):
+                if isinstance(outcome, RunHandedBack):
+                    status = "queued"
+                elif isinstance(outcome, RunPaused):
                     await journal.record_pause()
                     status, interrupts = "paused", _unique(journal.paused or outcome.interrupts)
                 elif isinstance(outcome, AgencyCancelledError):
@@ -298,12 +320,15 @@ async def _execute(
                 renewals.cancel_scope.cancel()
     except BaseException as exc:  # cancelled from outside, KeyboardInterrupt, SystemExit
         interrupted = exc
-        status, value, value_json, interrupts = "failed", None, None, []
-        error = RunInterruptedError(
-            f"run {record.run_id!r} was interrupted ({type(exc).__name__}) before it "
-            f"finished; continue it with agency.resume({record.run_id!r})"
-        )
-    finished = clock.time()
+        status, value, value_json, interrupts, error = "failed", None, None, [], None
+        if handback is not None:
+            status = "queued"  # a worker stopping: another one continues it
+        else:
+            error = RunInterruptedError(
+                f"run {record.run_id!r} was interrupted ({type(exc).__name__}) before it "
+                f"finished; continue it with agency.resume({record.run_id!r})"
+            )
+    finished = None if status == "queued" else clock.time()
     outcome_record = record.model_copy(
         update={
             "status": status,
@@ -338,7 +363,7 @@ async def _execute(
         raise interrupted
     if stored and status == "paused" and journal is not None:
         RUNTIME.journals.keep(store, record.run_id, record.version + 1, journal)
-    if not stored and error is None:
+    if not stored and error is None and status != "queued":
         logger.warning(
             "run %r finished with status %r, but it was cancelled or another process holds "
             "its lease now; the store keeps that outcome",
@@ -356,7 +381,7 @@ async def _execute(
         created_at=_when(record.created_at),
         started_at=_when(started),
         finished_at=_when(finished),
-        duration=finished - started,
+        duration=None if finished is None else finished - started,
         exception=error,
     )
 
@@ -398,7 +423,7 @@ class _Completed:
         self.value = value
 
 
-_Outcome = _Completed | RunPaused | RestoreSignal | AgencyCancelledError | Exception
+_Outcome = _Completed | RunPaused | RunHandedBack | RestoreSignal | AgencyCancelledError | Exception
 
 
 async def _call_entry(
@@ -441,7 +466,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 def _sort(exc: BaseException) -> _Outcome:
     leaves = _leaves(exc)
-    for kind in (RestoreSignal,):
+    for kind in (RunHandedBack, RestoreSignal):
         for leaf in leaves:
             if isinstance(leaf, kind):
                 return leaf

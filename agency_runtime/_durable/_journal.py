@@ -14,7 +14,7 @@ from pydantic_core import from_json
 
 from .._core._branches import qualify, tick
 from .._core._context import RuntimeContext, Slot
-from .._errors import AgencyCancelledError, JournalCorruptError
+from .._errors import AgencyCancelledError, JournalCorruptError, RunHandedBack
 from .._store import Store
 from .._types import (
     Checkpoint,
@@ -25,7 +25,20 @@ from .._types import (
     JournalEntry,
 )
 
-__all__ = ["JOURNAL", "PausedJournals", "RunJournal", "journal_of"]
+__all__ = ["JOURNAL", "HandBack", "PausedJournals", "RunJournal", "journal_of"]
+
+
+class HandBack:
+    """A worker's request that its run stop after the next step it commits (draining).
+
+    The run boundary turns the :class:`RunHandedBack` signal into a run handed back to its
+    queue, where any worker continues it from its journal.
+    """
+
+    __slots__ = ("requested",)
+
+    def __init__(self) -> None:
+        self.requested = False
 
 
 class RunJournal:
@@ -44,6 +57,7 @@ class RunJournal:
         "entries",
         "execution",
         "failures",
+        "handback",
         "owner",
         "paused",
         "pending",
@@ -65,6 +79,7 @@ class RunJournal:
         self.run_id = run_id
         self.store = store
         self.owner = owner
+        self.handback: HandBack | None = None
         self.entries: dict[str, JournalEntry] = {}
         self.answers: dict[str, InterruptResponse] = {}
         self.pending: dict[str, Interrupt] = {}
@@ -201,6 +216,8 @@ class RunJournal:
             if not await self.store.commit_step(entry, owner=self.owner):
                 raise self._lost()
         self._index(entry)
+        if self.handback is not None and self.handback.requested:
+            raise RunHandedBack()
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Persist a checkpoint and index it."""

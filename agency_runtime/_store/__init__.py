@@ -1,7 +1,8 @@
-"""Durable storage: four narrow protocols, their union :class:`Store`, and the backends.
+"""Durable storage: five narrow protocols, their union :class:`Store`, and the backends.
 
-* :mod:`._protocols` — :class:`RunLog`, :class:`LockTable`, :class:`MemoryIndex`,
-  :class:`DocumentStore`, and :class:`Store` (all four);
+* :mod:`._protocols` — :class:`RunLog`, :class:`RunQueue`, :class:`LockTable`,
+  :class:`MemoryIndex`, :class:`DocumentStore`, and :class:`Store` (all five);
+* :mod:`._wakeups` — wake-ups for whoever waits on runs (workers, ``runs.wait``);
 * :mod:`._rules` — the semantics every backend shares (claims, query words, recall ranking);
 * :mod:`._sqlite` (with its numbered migrations in :mod:`._migrations`) and :mod:`._memory`;
 * :mod:`._url` — store URLs and the process's open stores.
@@ -9,7 +10,7 @@
 
 from .._types import Claim, RunRecord
 from ._memory import MemoryStore
-from ._protocols import DocumentStore, LockTable, MemoryIndex, RunLog, Store
+from ._protocols import DocumentStore, LockTable, MemoryIndex, RunLog, RunQueue, Store
 from ._sqlite import SCHEMA_VERSION, SqliteStore
 from ._url import DEFAULT_STORE_URL, open_store, resolve_store
 
@@ -22,6 +23,7 @@ __all__ = [
     "MemoryIndex",
     "MemoryStore",
     "RunLog",
+    "RunQueue",
     "RunRecord",
     "SqliteStore",
     "Store",

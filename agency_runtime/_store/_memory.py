@@ -19,7 +19,8 @@ from .._types import (
     RunRecord,
     RunStatus,
 )
-from ._rules import Corpus, claim_decision, query_terms
+from ._rules import DEFAULT_QUEUE, Corpus, claim_decision, query_terms, queued_record
+from ._wakeups import Wakeups
 
 __all__ = ["MemoryStore"]
 
@@ -41,7 +42,9 @@ class MemoryStore:
         self._steps: dict[str, dict[str, JournalEntry]] = {}
         self._answers: dict[str, dict[str, InterruptAnswer]] = {}
         self._checkpoints: dict[str, dict[str, Checkpoint]] = {}
+        self._queues: dict[str, int | None] = {}
         self._lock = threading.Lock()
+        self._wakeups = Wakeups()
 
     @classmethod
     def named(cls, name: str = "") -> MemoryStore:
@@ -138,7 +141,9 @@ class MemoryStore:
                 },
                 deep=True,
             )
-            return True
+        if record.is_final or record.status == "queued":
+            self._wakeups.ring()
+        return True
 
     def _drop_steps(self, run_id: str, doomed: Callable[[JournalEntry], bool]) -> tuple[int, int]:
         """Delete the run's steps ``doomed`` picks; return the spend they held."""
@@ -198,7 +203,7 @@ class MemoryStore:
             return True
 
     async def answer_interrupts(
-        self, run_id: str, responses: dict[str, InterruptResponse]
+        self, run_id: str, responses: dict[str, InterruptResponse], *, enqueue: bool = False
     ) -> list[str]:
         with self._lock:
             table = self._answers.get(run_id, {})
@@ -215,7 +220,11 @@ class MemoryStore:
             stored = self._runs.get(run_id)
             if stored is not None:
                 stored.version += 1
-            return []
+                if enqueue and stored.status == "paused":
+                    stored.status, stored.queue = "queued", stored.queue or DEFAULT_QUEUE
+        if enqueue:
+            self._wakeups.ring()
+        return []
 
     async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:
         run_id = checkpoint.run_id or ""
@@ -269,7 +278,9 @@ class MemoryStore:
                         "updated_at": self._clock.time(),
                     }
                 )
-            return stored.model_copy(deep=True)
+            cancelled = stored.model_copy(deep=True)
+        self._wakeups.ring()
+        return cancelled
 
     async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
         with self._lock:
@@ -293,6 +304,69 @@ class MemoryStore:
                 }
                 table[new_run_id] = copied  # type: ignore[assignment]
             return forked.model_copy(deep=True)
+
+    # -- queues ------------------------------------------------------------------------------
+
+    async def enqueue_run(self, record: RunRecord) -> Claim:
+        with self._lock:
+            existing = self._runs.get(record.run_id)
+            if existing is not None:
+                return Claim(acquired=False, created=False, record=existing.model_copy(deep=True))
+            stored = queued_record(record, self._clock.time())
+            self._runs[record.run_id] = stored.model_copy(deep=True)
+        self._wakeups.ring()
+        return Claim(acquired=False, created=True, record=stored)
+
+    async def claim_queued(
+        self,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRecord]:
+        if limit <= 0 or not queues:
+            return []
+        now = self._clock.time()
+        with self._lock:
+            room = {q: n for q in queues if (n := self._queues.get(q)) is not None}
+            runnable: list[tuple[int, RunRecord]] = []
+            for position, run in enumerate(self._runs.values()):  # dicts keep insertion order
+                if run.queue not in queues:
+                    continue
+                if run.status == "running" and run.lease_alive(now):
+                    if run.queue in room:
+                        room[run.queue] -= 1
+                elif run.status in ("queued", "running") and run.run_id not in exclude:
+                    runnable.append((position, run))
+            runnable.sort(key=lambda pair: (-pair[1].priority, pair[1].created_at, pair[0]))
+            claimed: list[RunRecord] = []
+            for _, run in runnable:
+                if len(claimed) == limit:
+                    break
+                if run.queue in room:
+                    if room[run.queue] <= 0:
+                        continue
+                    room[run.queue] -= 1
+                run.status, run.attempts, run.version = "running", run.attempts + 1, run.version + 1
+                run.started_at = run.started_at if run.started_at is not None else now
+                run.updated_at, run.lease_owner = now, owner
+                run.lease_expires_at = now + lease_seconds
+                claimed.append(run.model_copy(deep=True))
+            return claimed
+
+    async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
+        with self._lock:
+            self._queues[name] = concurrency
+        self._wakeups.ring()
+
+    async def queue_concurrency(self, name: str) -> int | None:
+        with self._lock:
+            return self._queues.get(name)
+
+    async def wait_for_runs(self, timeout: float) -> None:
+        await self._wakeups.wait(timeout)
 
     # -- memory ------------------------------------------------------------------------------
 

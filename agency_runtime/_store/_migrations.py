@@ -17,7 +17,7 @@ from .._errors import StoreSchemaError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
 
 _SCHEMA_1 = """
@@ -135,7 +135,20 @@ UPDATE runs SET
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at);
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2))
+# Version 3: queues. A run may belong to a queue (workers claim runnable runs of theirs,
+# highest priority first, then the oldest); a queue may limit how many of its runs run at once.
+_SCHEMA_3 = """
+ALTER TABLE runs ADD COLUMN queue TEXT;
+ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS runs_runnable ON runs (queue, status, priority DESC, created_at)
+    WHERE queue IS NOT NULL;
+CREATE TABLE IF NOT EXISTS queues (
+    name        TEXT PRIMARY KEY,
+    concurrency INTEGER
+) STRICT;
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2), (3, _SCHEMA_3))
 """Numbered migrations: a file at ``user_version`` N runs every script numbered above N."""
 
 

@@ -1,7 +1,8 @@
-"""The store's protocols: four narrow ones, and :class:`Store`, their union.
+"""The store's protocols: five narrow ones, and :class:`Store`, their union.
 
 A feature depends on the protocol it uses: the run boundary and the durable layer on
-:class:`RunLog` (runs, leases, the journal, answers), global locks on :class:`LockTable`,
+:class:`RunLog` (runs, leases, the journal, answers), queues and workers on
+:class:`RunQueue`, global locks on :class:`LockTable`,
 conversation memory on :class:`MemoryIndex`, agent memory and the Telegram poller on
 :class:`DocumentStore`. A backend implements all four (:class:`Store`), and the semantics
 every backend must share (who may claim a run, which words a query searches, how recall is
@@ -29,7 +30,7 @@ from .._types import (
     RunStatus,
 )
 
-__all__ = ["DocumentStore", "LockTable", "MemoryIndex", "RunLog", "Store"]
+__all__ = ["DocumentStore", "LockTable", "MemoryIndex", "RunLog", "RunQueue", "Store"]
 
 
 @runtime_checkable
@@ -74,6 +75,10 @@ class RunLog(Protocol):
     ) -> bool:
         """Store the outcome fields of ``record`` and release the lease, in one transaction.
 
+        A ``record.status`` of ``queued`` hands the run back to its queue (a draining worker):
+        the lease is released and any worker may claim it at once. A final or queued outcome
+        wakes whoever waits on runs (:meth:`RunQueue.wait_for_runs`).
+
         ``unjournaled`` (pico-dollars, tokens) is added to the run's unjournaled spend: what
         this attempt spent outside committed steps. ``forget`` names steps to delete (failures
         recorded by this attempt that ended the run, so a retry runs them again); their spend
@@ -112,12 +117,14 @@ class RunLog(Protocol):
         ...
 
     async def answer_interrupts(
-        self, run_id: str, responses: dict[str, InterruptResponse]
+        self, run_id: str, responses: dict[str, InterruptResponse], *, enqueue: bool = False
     ) -> list[str]:
         """Store answers for pending interrupts, all or none.
 
         Returns the ids that could not be answered (unknown, or answered already); when the
-        list is not empty nothing was written. Answering bumps the run's ``version``.
+        list is not empty nothing was written. Answering bumps the run's ``version``. With
+        ``enqueue``, the same transaction makes the paused run ``queued`` (in its queue, or
+        ``"default"`` when it has none) for a worker to continue, and wakes the workers.
         """
         ...
 
@@ -149,6 +156,66 @@ class RunLog(Protocol):
 
     async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
         """Copy a run and its journal up to position ``upto_seq`` under a new id (paused)."""
+        ...
+
+
+@runtime_checkable
+class RunQueue(Protocol):
+    """Queued runs, the workers that claim them, and wake-ups for whoever waits on runs."""
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from (``memory://``, ``sqlite:///…``)."""
+        ...
+
+    async def enqueue_run(self, record: RunRecord) -> Claim:
+        """Store ``record`` (status ``queued``, its ``queue`` and ``priority``) unless a run
+        with its id exists, and wake the workers.
+
+        Returns ``Claim(acquired=False, created=..., record=<the stored run>)``: ``created``
+        is ``False`` when the id was taken (the stored run is returned unchanged, so a
+        repeated enqueue with the same id is idempotent).
+        """
+        ...
+
+    async def claim_queued(
+        self,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRecord]:
+        """Claim up to ``limit`` runnable runs of ``queues`` for ``owner``, atomically.
+
+        Runnable: ``queued`` runs, and ``running`` runs whose lease expired (their holder
+        died). Highest ``priority`` first, then the oldest (``created_at``, then insertion
+        order); run ids in ``exclude`` are skipped. Every queue's concurrency limit
+        (:meth:`configure_queue`) holds across all claimants: a queue limited to N never has
+        more than N runs running under live leases. Each claimed run becomes ``running``
+        under ``owner``'s lease with ``attempts + 1`` (``started_at`` set if unset) and is
+        returned as stored. Concurrent claimants never get the same run.
+        """
+        ...
+
+    async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
+        """Limit queue ``name`` to ``concurrency`` running runs across all workers
+        (``None``: no limit)."""
+        ...
+
+    async def queue_concurrency(self, name: str) -> int | None:
+        """The limit of queue ``name`` (``None``: no limit)."""
+        ...
+
+    async def wait_for_runs(self, timeout: float) -> None:
+        """Return when a run may have become runnable or final, or after ``timeout`` s.
+
+        Stores with notifications (PostgreSQL's LISTEN/NOTIFY) return as soon as any process
+        queues, answers for a worker, hands back or finishes a run; others return when this
+        process did, or when ``timeout`` passes (the caller polls). Spurious returns are
+        allowed: callers look at the store again.
+        """
         ...
 
 
@@ -249,8 +316,8 @@ class DocumentStore(Protocol):
 
 
 @runtime_checkable
-class Store(RunLog, LockTable, MemoryIndex, DocumentStore, Protocol):
-    """Durable storage of runs: all four protocols. Implementations: MemoryStore, SqliteStore."""
+class Store(RunLog, RunQueue, LockTable, MemoryIndex, DocumentStore, Protocol):
+    """Durable storage of runs: all five protocols. Implementations: MemoryStore, SqliteStore."""
 
     def close(self) -> None:
         """Release the store's resources (idempotent)."""

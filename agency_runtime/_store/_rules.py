@@ -15,7 +15,14 @@ from collections.abc import Sequence
 
 from .._types import RunRecord
 
-__all__ = ["Corpus", "claim_decision", "query_terms", "text_tokens"]
+__all__ = [
+    "DEFAULT_QUEUE",
+    "Corpus",
+    "claim_decision",
+    "query_terms",
+    "queued_record",
+    "text_tokens",
+]
 
 
 def text_tokens(text: str) -> list[str]:
@@ -126,3 +133,24 @@ def claim_decision(existing: RunRecord | None, now: float, steal_from: str | Non
     if existing.lease_alive(now) and (steal_from is None or existing.lease_owner != steal_from):
         return "refuse"
     return "take"
+
+
+DEFAULT_QUEUE = "default"
+"""The queue of a run queued without naming one."""
+
+
+def queued_record(record: RunRecord, now: float) -> RunRecord:
+    """``record`` as :meth:`RunQueue.enqueue_run` stores it: queued, unclaimed, version 1."""
+    return record.model_copy(
+        update={
+            "status": "queued",
+            "queue": record.queue or DEFAULT_QUEUE,
+            "attempts": 0,
+            "version": 1,
+            "lease_owner": None,
+            "lease_expires_at": None,
+            "started_at": None,
+            "finished_at": None,
+            "updated_at": now,
+        }
+    )

@@ -40,7 +40,8 @@ from .._types import (
     RunStatus,
 )
 from ._migrations import SCHEMA_VERSION, migrate
-from ._rules import claim_decision, query_terms
+from ._rules import DEFAULT_QUEUE, claim_decision, query_terms, queued_record
+from ._wakeups import Wakeups
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -72,6 +73,8 @@ _COLUMNS = (
     "started_at",
     "finished_at",
     "updated_at",
+    "queue",
+    "priority",
 )
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
 _STEP_COLUMNS = (
@@ -120,6 +123,7 @@ class SqliteStore:
         self._path = str(path)
         self._url = url or f"sqlite:///{self._path}"
         self._lock = threading.Lock()
+        self._wakeups = Wakeups()
         self._conn = self._open(synchronous, busy_timeout)
         self._identity = self._file_identity()
         self._checked_at = time.monotonic()
@@ -375,6 +379,8 @@ class SqliteStore:
                 ),
             )
             finished = cursor.rowcount == 1
+        if finished and (record.is_final or record.status == "queued"):
+            self._wakeups.ring()
         self._trim_wal()
         return finished
 
@@ -487,7 +493,7 @@ class SqliteStore:
             return True
 
     async def answer_interrupts(
-        self, run_id: str, responses: dict[str, InterruptResponse]
+        self, run_id: str, responses: dict[str, InterruptResponse], *, enqueue: bool = False
     ) -> list[str]:
         now = self._clock.time()
         try:
@@ -508,8 +514,16 @@ class SqliteStore:
                     "UPDATE runs SET version = version + 1, updated_at = ? WHERE run_id = ?",
                     (now, run_id),
                 )
+                if enqueue:
+                    conn.execute(
+                        "UPDATE runs SET status = 'queued', queue = COALESCE(queue, ?) "
+                        "WHERE run_id = ? AND status = 'paused'",
+                        (DEFAULT_QUEUE, run_id),
+                    )
         except _Refused as refusal:
             return refusal.keys
+        if enqueue:
+            self._wakeups.ring()
         return []
 
     async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:
@@ -571,7 +585,9 @@ class SqliteStore:
                 "updated_at = ? WHERE run_id = ? AND status NOT IN ('completed', 'cancelled')",
                 (now, now, run_id),
             )
-            return self._fetch(conn, run_id)
+            cancelled = self._fetch(conn, run_id)
+        self._wakeups.ring()
+        return cancelled
 
     async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
         with self._db(f"fork run {run_id!r}", write=True) as conn:
@@ -609,6 +625,98 @@ class SqliteStore:
                     (new_run_id, cid, seq, moved.model_dump_json()),
                 )
             return forked
+
+    # -- queues -------------------------------------------------------------------------------
+
+    async def enqueue_run(self, record: RunRecord) -> Claim:
+        now = self._clock.time()
+        with self._db(f"queue run {record.run_id!r}", write=True, check=True) as conn:
+            existing = self._fetch(conn, record.run_id)
+            if existing is not None:
+                return Claim(acquired=False, created=False, record=existing)
+            stored = queued_record(record, now)
+            conn.execute(
+                f"INSERT INTO runs ({', '.join(_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(_COLUMNS))})",
+                _row(stored),
+            )
+        self._wakeups.ring()
+        return Claim(acquired=False, created=True, record=stored)
+
+    async def claim_queued(
+        self,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRecord]:
+        if limit <= 0 or not queues:
+            return []
+        now = self._clock.time()
+        names = ", ".join("?" * len(queues))
+        with self._db("claim queued runs", write=True, check="throttled") as conn:
+            room = dict(
+                conn.execute(
+                    f"SELECT name, concurrency FROM queues WHERE name IN ({names}) "
+                    "AND concurrency IS NOT NULL",
+                    tuple(queues),
+                ).fetchall()
+            )
+            for queue, running in conn.execute(
+                f"SELECT queue, COUNT(*) FROM runs WHERE queue IN ({names}) "
+                "AND status = 'running' AND lease_expires_at > ? GROUP BY queue",
+                (*queues, now),
+            ).fetchall():
+                if queue in room:
+                    room[queue] -= running
+            skipped = ", ".join("?" * len(exclude))
+            candidates = conn.execute(
+                f"SELECT run_id, queue FROM runs WHERE queue IN ({names}) AND (status = 'queued' "
+                "OR (status = 'running' AND COALESCE(lease_expires_at, 0) <= ?)) "
+                + (f"AND run_id NOT IN ({skipped}) " if exclude else "")
+                + "ORDER BY priority DESC, created_at, rowid",
+                (*queues, now, *exclude),
+            )
+            chosen: list[str] = []
+            for run_id, queue in candidates:
+                if len(chosen) == limit:
+                    break
+                if queue in room:
+                    if room[queue] <= 0:
+                        continue
+                    room[queue] -= 1
+                chosen.append(run_id)
+            claimed: list[RunRecord] = []
+            for run_id in chosen:
+                conn.execute(
+                    "UPDATE runs SET status = 'running', attempts = attempts + 1, "
+                    "version = version + 1, started_at = COALESCE(started_at, ?), "
+                    "updated_at = ?, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?",
+                    (now, now, owner, now + lease_seconds, run_id),
+                )
+                taken = self._fetch(conn, run_id)
+                assert taken is not None
+                claimed.append(taken)
+            return claimed
+
+    async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
+        with self._db(f"configure queue {name!r}", write=True) as conn:
+            conn.execute(
+                "INSERT INTO queues (name, concurrency) VALUES (?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency",
+                (name, concurrency),
+            )
+        self._wakeups.ring()  # a raised limit may make runs claimable
+
+    async def queue_concurrency(self, name: str) -> int | None:
+        with self._db(f"read queue {name!r}") as conn:
+            row = conn.execute("SELECT concurrency FROM queues WHERE name = ?", (name,)).fetchone()
+        return None if row is None else row[0]
+
+    async def wait_for_runs(self, timeout: float) -> None:
+        await self._wakeups.wait(timeout)
 
     # -- memory -------------------------------------------------------------------------------
 

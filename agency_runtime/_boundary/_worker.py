@@ -1,0 +1,218 @@
+"""Workers: processes that claim queued runs from a store and run them.
+
+A :class:`Worker` claims runnable runs of its queues — queued ones, runs answered with
+``enqueue=True``, runs handed back by a draining worker, and running runs whose holder's
+lease expired (it died) — atomically, so no two workers get the same run, and runs each
+under a lease it renews. Any worker recovers any dead worker's runs: there are no executor
+ids and no version scoping; a worker that cannot run an entry (not declared or not
+importable here) hands the run back for one that can.
+
+``drain()`` stops claiming, asks every running run to stop after its next step commit, and
+hands those runs back to their queue (their leases released), so another worker continues
+them at once from their journals.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Sequence
+
+import anyio
+import anyio.abc
+from pydantic import ValidationError
+
+from .._durable._journal import HandBack
+from .._durable._leases import owner_id
+from .._durable._values import decode_arguments
+from .._errors import AgencyError, InvalidArgumentError, StoreError
+from .._store import RunRecord, Store
+from ._queue import check_queue
+from ._run import LEASE_SECONDS, execute
+from ._runtime import RUNTIME
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("agency_runtime.worker")
+
+
+def _positive(name: str, value: object, *, whole: bool = False) -> float:
+    kinds = (int,) if whole else (int, float)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        kind = "a whole number" if whole else "a number of seconds"
+        raise InvalidArgumentError(f"Worker: {name} must be {kind} > 0, got {value!r}")
+    return float(value)
+
+
+class Worker:
+    """Claims queued runs of ``queues`` from ``store`` and runs up to ``concurrency`` at once.
+
+    ``lease`` is how long a claim lasts without renewal (renewed every third of it): a worker
+    that dies leaves its runs to others after at most that long. ``poll`` is how often it
+    looks for work when no wake-up comes (PostgreSQL's NOTIFY wakes it at once; SQLite
+    workers of other processes are seen by polling). Serve with ``await worker.run()``
+    (until cancelled or drained); stop gracefully with ``await worker.drain()``.
+    """
+
+    def __init__(
+        self,
+        store: str | Store | None = None,
+        *,
+        queues: Sequence[str] = ("default",),
+        concurrency: int = 8,
+        lease: float = LEASE_SECONDS,
+        poll: float = 1.0,
+    ) -> None:
+        if isinstance(queues, str):
+            queues = (queues,)
+        self.queues: tuple[str, ...] = tuple(check_queue(q) for q in queues)
+        if not self.queues:
+            raise InvalidArgumentError("Worker: queues must name at least one queue")
+        self.concurrency = int(_positive("concurrency", concurrency, whole=True))
+        self.lease = _positive("lease", lease)
+        self.poll = _positive("poll", poll)
+        self._store_arg = store
+        self.owner = owner_id(f"worker-{uuid.uuid4().hex[:12]}")
+        """The lease owner of every run this worker holds."""
+        self._running: dict[str, HandBack] = {}
+        self._cannot: set[str] = set()
+        self._draining = False
+        self._serving: anyio.Event | None = None
+        self._group: anyio.CancelScope | None = None
+        self._waiting: anyio.CancelScope | None = None
+        self.runs_finished = 0
+        """How many runs this worker took to an outcome (completed, failed, paused, …)."""
+
+    @property
+    def serving(self) -> bool:
+        """Whether :meth:`run` is serving now."""
+        return self._serving is not None and not self._serving.is_set()
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` was called: no new runs are claimed."""
+        return self._draining
+
+    @property
+    def running(self) -> frozenset[str]:
+        """The ids of the runs this worker runs now."""
+        return frozenset(self._running)
+
+    async def run(self) -> None:
+        """Serve until cancelled, or until :meth:`drain` finishes.
+
+        A store that fails (a database restarting, a dropped connection) is retried every
+        ``poll`` seconds, with a warning: the worker goes on once the store is back.
+        """
+        if self._serving is not None:
+            raise InvalidArgumentError("Worker.run() is running already; one call per worker")
+        store = RUNTIME.stores.resolve(self._store_arg)
+        self._serving = anyio.Event()
+        try:
+            async with anyio.create_task_group() as group:
+                self._group = group.cancel_scope
+                while not self._draining:
+                    free = self.concurrency - len(self._running)
+                    claimed = await self._claim(store, free) if free > 0 else []
+                    for record in claimed:
+                        self._running[record.run_id] = HandBack()
+                        group.start_soon(self._serve, store, record, name=record.run_id)
+                    if claimed and len(claimed) == free:
+                        continue  # maybe more work; with no slot free the loop waits below
+                    with anyio.CancelScope() as self._waiting:
+                        await store.wait_for_runs(self.poll)
+                    self._waiting = None
+                for handback in self._running.values():  # draining
+                    handback.requested = True
+        finally:
+            self._group = None
+            self._serving.set()
+
+    async def _claim(self, store: Store, free: int) -> list[RunRecord]:
+        try:
+            return await store.claim_queued(
+                queues=self.queues,
+                owner=self.owner,
+                lease_seconds=self.lease,
+                limit=free,
+                exclude=sorted(self._cannot),
+            )
+        except StoreError as exc:
+            logger.warning("worker %s: cannot claim runs (%s); retrying", self.owner, exc)
+            return []
+
+    def _wake(self) -> None:
+        """Let the serving loop look again now (a slot freed, or draining began)."""
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    async def _serve(self, store: Store, record: RunRecord) -> None:
+        handback = self._running[record.run_id]
+        try:
+            try:
+                entry = RUNTIME.entries.find(record.run_id, record.entry)
+                args, kwargs = decode_arguments(entry, record.arguments)
+            except (AgencyError, ValidationError) as exc:
+                await self._hand_back(store, record, exc)
+                return
+            handback.requested = self._draining
+            await execute(
+                store,
+                record,
+                self.owner,
+                entry,
+                args,
+                kwargs,
+                lease_seconds=self.lease,
+                handback=handback,
+            )
+            self.runs_finished += 1
+        except Exception:  # execute() turns failures into results; this is a store failure
+            logger.exception("worker %s: run %r could not be run", self.owner, record.run_id)
+        finally:
+            del self._running[record.run_id]
+            self._wake()
+
+    async def _hand_back(self, store: Store, record: RunRecord, why: BaseException) -> None:
+        """Give a run this worker cannot run back to its queue, and skip it from now on."""
+        logger.warning(
+            "worker %s: cannot run %r here (%s); handing it back for another worker. "
+            "Start workers with the application's modules (`agency worker --import MODULE`) "
+            "and declare entries with @agency.entry",
+            self.owner,
+            record.run_id,
+            why,
+        )
+        self._cannot.add(record.run_id)
+        back = record.model_copy(update={"status": "queued", "finished_at": None})
+        with anyio.CancelScope(shield=True):
+            await store.finish_run(back, owner=self.owner)
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Stop taking work and hand every running run back to its queue.
+
+        Each running run stops after its next step commit and goes back to its queue with
+        its lease released, so another worker continues it at once from its journal.
+        Returns when :meth:`run` has returned. With ``timeout``, runs still going after that
+        many seconds are interrupted: they go back to their queue as well (their in-flight
+        steps run again elsewhere).
+        """
+        self._draining = True
+        for handback in self._running.values():
+            handback.requested = True
+        self._wake()
+        serving = self._serving
+        if serving is None:
+            return
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            await serving.wait()
+            return
+        if self._group is not None:
+            self._group.cancel()
+        await serving.wait()
