@@ -261,9 +261,10 @@ async def execute(
     ``failed`` and releases its lease before it propagates.
 
     ``lease_seconds`` is how long the lease lasts between renewals (default
-    :data:`LEASE_SECONDS`). With ``handback`` (a worker's run), the run goes back to its queue instead: after the
-    next step commit once ``handback.requested`` is set (a draining worker), and when it is
-    interrupted from outside (another worker continues it from its journal).
+    :data:`LEASE_SECONDS`). With ``handback`` (a worker's run), the run goes back to its
+    queue instead: after the next step commit once ``handback.requested`` is set (a draining
+    worker), and when it is interrupted from outside (another worker continues it from its
+    journal).
     """
     clock = RUNTIME.clock
     ctx = RuntimeContext(record.run_id, model=record.model, store=store, clock=clock)

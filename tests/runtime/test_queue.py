@@ -28,7 +28,9 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def _record(run_id: str, *, queue: str = "default", priority: int = 0, at: float = 0.0) -> RunRecord:
+def _record(
+    run_id: str, *, queue: str = "default", priority: int = 0, at: float = 0.0
+) -> RunRecord:
     return RunRecord(
         run_id=run_id,
         status="queued",
@@ -104,9 +106,7 @@ async def test_claims_take_the_highest_priority_then_the_oldest(store: Store) ->
     for run_id, priority, at in [("old", 0, 1.0), ("new", 0, 2.0), ("urgent", 9, 3.0)]:
         assert (await store.enqueue_run(_record(run_id, priority=priority, at=at))).created
     await store.enqueue_run(_record("elsewhere", queue="other", priority=99))
-    claimed = await store.claim_queued(
-        queues=["default"], owner="w1", lease_seconds=30, limit=2
-    )
+    claimed = await store.claim_queued(queues=["default"], owner="w1", lease_seconds=30, limit=2)
     assert [r.run_id for r in claimed] == ["urgent", "old"]
     assert all(r.status == "running" and r.lease_owner == "w1" for r in claimed)
     assert all(r.attempts == 1 and r.started_at is not None for r in claimed)
@@ -265,9 +265,7 @@ async def test_an_answer_with_enqueue_hands_the_paused_run_to_a_queue(store: Sto
     assert queued.status == "queued"
     record = await agency.runs.get("ask", store=store)
     assert (record.status, record.queue) == ("queued", "default")
-    [claimed] = await store.claim_queued(
-        queues=["default"], owner="w", lease_seconds=30, limit=1
-    )
+    [claimed] = await store.claim_queued(queues=["default"], owner="w", lease_seconds=30, limit=1)
     assert claimed.run_id == "ask"
     journal = await store.load_journal("ask")
     assert [a.response.value for a in journal.answers if a.response is not None] == [41]

@@ -1,0 +1,216 @@
+"""Workers killed with SIGKILL: ``agency worker`` processes on one store, one of them killed
+mid-run; another worker finishes every run, no committed step runs again, and SIGTERM drains.
+
+The application (``APP`` below, written to ``tmp_path`` as ``jobs.py``) declares one entry:
+``job(n)`` runs ``STEPS`` journaled steps; each step appends ``<run id> <step> <pid>`` to a
+ledger file (flushed and fsynced) and does a little work, so a kill from outside lands inside
+some run. Workers are real processes (forked by the fork server, ``tests/forked.py``) running
+``python -m agency_runtime worker --import jobs``; the kill is a real SIGKILL.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import anyio
+import pytest
+
+from agency_runtime import SqliteStore, agency
+from tests.forked import ForkedProcess, ForkServer
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL"),
+]
+
+STEPS = 6
+RUNS = 12
+DEADLINE = 60.0
+
+APP = f"""
+import os, time
+from agency_runtime import agency
+
+LEDGER = os.environ["LEDGER"]
+
+
+def _step(run_id, index):
+    def body():
+        with open(LEDGER, "a") as ledger:
+            ledger.write(f"{{run_id}} {{index}} {{os.getpid()}}\\n")
+            ledger.flush()
+            os.fsync(ledger.fileno())
+        time.sleep(0.01)  # a little work: a kill from outside lands inside a run
+        return index
+    return body
+
+
+@agency.entry
+async def job(n: int) -> int:
+    run_id = agency.ctx().run_id
+
+    async def body(s):
+        total = 0
+        for index in range({STEPS}):
+            total += await s.step(_step(run_id, index), name=f"step-{{index}}")
+        return total * n
+
+    return await agency.with_resumable_scope("job", body)
+"""
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """``jobs.py`` in ``tmp_path``, imported here too (so this process can enqueue it)."""
+    (tmp_path / "jobs.py").write_text(APP)
+    (tmp_path / "ledger.txt").touch()
+    monkeypatch.setenv("LEDGER", str(tmp_path / "ledger.txt"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("jobs", None)
+    yield importlib.import_module("jobs")
+    sys.modules.pop("jobs", None)
+
+
+def _worker(server: ForkServer, tmp_path: Path, url: str, name: str) -> ForkedProcess:
+    return server.start(
+        "module",
+        "agency_runtime",
+        "worker",
+        "--store",
+        url,
+        "--import",
+        "jobs",
+        "--concurrency",
+        "4",
+        "--lease",
+        "1",
+        "--poll",
+        "0.05",
+        env=dict(os.environ),
+        cwd=tmp_path,
+        output=tmp_path / name,
+    )
+
+
+def _ledger(tmp_path: Path) -> list[tuple[str, int, int]]:
+    lines = (tmp_path / "ledger.txt").read_text().splitlines()
+    return [(run, int(step), int(pid)) for run, step, pid in (line.split() for line in lines)]
+
+
+def _wait_for_lines(tmp_path: Path, proc: ForkedProcess, count: int) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while len(_ledger(tmp_path)) < count:
+        assert proc.poll() is None, f"the worker exited early: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the worker made no progress"
+        time.sleep(0.005)  # a short, bounded poll of another process's file
+
+
+def test_a_killed_workers_runs_are_finished_by_another_exactly_once(
+    tmp_path: Path, fork_server: ForkServer, app: ModuleType
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = SqliteStore(tmp_path / "runs.db")
+
+    async def enqueue_all() -> list[str]:
+        return [
+            await agency.enqueue(app.job, n, run_id=f"job-{n}", store=store) for n in range(RUNS)
+        ]
+
+    ids = anyio.run(enqueue_all)
+    first = _worker(fork_server, tmp_path, url, "first")
+    _wait_for_lines(tmp_path, first, 10)
+    first.kill()
+    assert first.wait(timeout=DEADLINE) == -signal.SIGKILL
+    killed = {pid for _, _, pid in _ledger(tmp_path)}
+    assert len(killed) == 1
+
+    second = _worker(fork_server, tmp_path, url, "second")
+
+    async def wait_all() -> list[object]:
+        return [(await agency.runs.wait(i, store=store, timeout=DEADLINE)).value for i in ids]
+
+    try:
+        values = anyio.run(wait_all)
+    finally:
+        os.kill(second.pid, signal.SIGTERM)
+    _, err = second.communicate(timeout=DEADLINE)
+    assert second.returncode == 0, err
+    assert "drained" in err
+    assert values == [sum(range(STEPS)) * n for n in range(RUNS)]
+
+    executions = Counter((run, step) for run, step, _ in _ledger(tmp_path))
+    assert set(executions) == {(i, s) for i in ids for s in range(STEPS)}
+    again = {key: count for key, count in executions.items() if count > 1}
+    # Only a step in flight at the kill runs again: at most one per run the dead worker held.
+    assert len(again) <= 4
+    assert all(count == 2 for count in again.values())
+    assert len({run for run, _ in again}) == len(again)
+
+    async def check_journals() -> None:
+        for run_id in ids:
+            record = await agency.runs.get(run_id, store=store)
+            assert (record.status, record.lease_owner) == ("completed", None)
+            steps = (await store.load_journal(run_id)).entries
+            assert [e.name for e in steps] == [f"step-{s}" for s in range(STEPS)]
+
+    anyio.run(check_journals)
+    store.close()
+
+
+def test_sigterm_drains_a_worker_and_another_continues_its_runs(
+    tmp_path: Path, fork_server: ForkServer, app: ModuleType
+) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = SqliteStore(tmp_path / "runs.db")
+
+    async def enqueue_all() -> list[str]:
+        return [
+            await agency.enqueue(app.job, n, run_id=f"job-{n}", store=store) for n in range(RUNS)
+        ]
+
+    ids = anyio.run(enqueue_all)
+    first = _worker(fork_server, tmp_path, url, "first")
+    _wait_for_lines(tmp_path, first, 6)
+    os.kill(first.pid, signal.SIGTERM)
+    _, err = first.communicate(timeout=DEADLINE)
+    assert first.returncode == 0, err
+    assert "SIGTERM: draining" in err
+
+    async def nothing_held() -> list[str]:
+        records = await agency.runs.list(store=store)
+        return [r.run_id for r in records if r.lease_owner is not None or r.status == "running"]
+
+    assert anyio.run(nothing_held) == []  # every lease released at once
+    second = _worker(fork_server, tmp_path, url, "second")
+
+    async def wait_all() -> list[object]:
+        return [(await agency.runs.wait(i, store=store, timeout=DEADLINE)).value for i in ids]
+
+    try:
+        values = anyio.run(wait_all)
+    finally:
+        os.kill(second.pid, signal.SIGTERM)
+        second.communicate(timeout=DEADLINE)
+    assert values == [sum(range(STEPS)) * n for n in range(RUNS)]
+    executions = Counter((run, step) for run, step, _ in _ledger(tmp_path))
+    assert set(executions.values()) == {1}  # a drain re-runs nothing
+    store.close()
+
+
+def test_a_worker_with_a_bad_store_url_says_so(tmp_path: Path, fork_server: ForkServer) -> None:
+    done = fork_server.run(
+        "module", "agency_runtime", "worker", "--store", "nosuch://x", cwd=tmp_path
+    )
+    assert done.returncode == 1
+    assert "unknown store URL scheme" in done.stderr
+    bad = fork_server.run("module", "agency_runtime", "worker", "--concurrency", "0", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "--concurrency" in bad.stderr
