@@ -51,6 +51,7 @@ from .._errors import (
     RunHandedBack,
     RunInterruptedError,
     RunPaused,
+    StoreUnavailableError,
 )
 from .._store import RunRecord, Store
 from .._types import ErrorInfo, Interrupt, RunResult, RunStatus
@@ -329,6 +330,8 @@ async def execute(
                 f"run {record.run_id!r} was interrupted ({type(exc).__name__}) before it "
                 f"finished; continue it with agency.resume({record.run_id!r})"
             )
+    if handback is not None and status == "failed" and _outage(error):
+        status, error = "queued", None  # the store failed, not the run: another try later
     finished = None if status == "queued" else clock.time()
     outcome_record = record.model_copy(
         update={
@@ -385,6 +388,17 @@ async def execute(
         duration=None if finished is None else finished - started,
         exception=error,
     )
+
+
+def _outage(error: BaseException | None) -> bool:
+    """Whether ``error`` is the store being unreachable (a server down or restarting)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, StoreUnavailableError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _validated(text: str, entry: Callable[..., Any]) -> Any:

@@ -16,8 +16,11 @@ import pytest
 
 from agency_runtime import (
     InvalidArgumentError,
+    JournalEntry,
+    MemoryStore,
     RunRecord,
     Store,
+    StoreUnavailableError,
     Worker,
     agency,
     approve,
@@ -298,3 +301,28 @@ async def test_one_worker_serves_once(store: Store) -> None:
         await wait_for(lambda: worker.serving)
         with pytest.raises(InvalidArgumentError, match="running already"):
             await worker.run()
+
+
+class _FlakyStore(MemoryStore):
+    """A memory store whose next step commits fail as if the server were down."""
+
+    outages = 0
+
+    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
+        if self.outages:
+            self.outages -= 1
+            raise StoreUnavailableError("the database server is restarting")
+        return await super().commit_step(entry, owner=owner)
+
+
+async def test_a_store_outage_mid_run_hands_the_run_back_instead_of_failing_it() -> None:
+    store = _FlakyStore()
+    store.outages = 1
+    await agency.enqueue(three_steps, 3, run_id="outage", store=store)
+    async with serving(Worker(store, poll=0.05)):
+        result = await agency.runs.wait("outage", store=store, timeout=30)
+    assert (result.status, result.value) == ("completed", 30)
+    record = await agency.runs.get("outage", store=store)
+    assert record.attempts == 2  # handed back once, then claimed again
+    assert CALLS["outage/a"] == 2  # the step whose commit failed ran again; nothing else did
+    assert CALLS["outage/b"] == CALLS["outage/c"] == 1
