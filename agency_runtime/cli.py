@@ -14,7 +14,7 @@ Commands::
     agency runs fork RUN_ID STEP_PATH [--new-id ID]
     agency worker [--queue NAME]... [--concurrency N] [--lease S] [--poll S] [--import MODULE]...
 
-Every ``runs`` command takes ``--store URL`` (default: ``AGENCY_STORE``, else the embedded
+Every ``runs`` command and ``worker`` take ``--store URL`` (default: ``AGENCY_STORE``, else the embedded
 store in ``./.agency/``) and ``--json`` (machine-readable output), before or after the
 command name.
 
@@ -712,7 +712,8 @@ def _common() -> argparse.ArgumentParser:
         "--store",
         metavar="URL",
         default=argparse.SUPPRESS,
-        help="the store: sqlite:///path.db, sqlite:////abs/path.db, memory://NAME "
+        help="the store: sqlite:///path.db, sqlite:////abs/path.db, "
+        "postgresql://user:pass@host/db, memory://NAME "
         f"(default: $AGENCY_STORE, else {DEFAULT_STORE_URL})",
     )
     common.add_argument(
