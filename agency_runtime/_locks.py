@@ -25,15 +25,16 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 import anyio
 from anyio.lowlevel import RunVar
 
-from ._clock import Clock
+from ._clock import SYSTEM_CLOCK, Clock
 from ._core._context import RuntimeContext, Slot
-from ._core._frame import Frame, call_in_frame, current_frame
+from ._core._frame import Frame, call_in_frame, current_frame, current_frame_maybe
 from ._durable._leases import holder_is_dead, owner_id
 from ._errors import InvalidArgumentError, LockReentryError, LockTimeoutError, NotInRunError
 from ._store import Store, resolve_store
@@ -62,11 +63,17 @@ _POLL_MAX = 0.2
 
 @dataclass(frozen=True, slots=True)
 class HeldLock:
-    """What ``async with agency.lock(name) as held:`` gives: the lock and who holds it."""
+    """What ``async with agency.lock(name) as held:`` gives: the lock and who holds it.
+
+    ``lost`` is set when a global lock's lease ran out before it was renewed (the event loop
+    stalled for most of a lease): another owner may hold the lock now, so work that must
+    never run twice at once (a Telegram poller's ``getUpdates``) should stop when it is set.
+    """
 
     name: str
     owner: str
     scope: LockScope
+    lost: anyio.Event = field(default_factory=anyio.Event, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +83,9 @@ class _Request:
     timeout: float | None
     warn_after: float
     scope: LockScope
-    frame: Frame
+    frame: Frame | None
     store: Store | None
+    lease: float | None = None
 
 
 def _seconds(value: object, what: str, member: str) -> float:
@@ -96,6 +104,7 @@ def _request(
     warn_after: float | None,
     scope: str,
     store: str | Store | None,
+    lease: float | None = None,
 ) -> _Request:
     if not isinstance(name, str) or not name.strip():
         raise InvalidArgumentError(
@@ -124,18 +133,30 @@ def _request(
             f"agency.{member}: store= is only used by scope='global' locks; "
             "drop it or pass scope='global'"
         )
+    if lease is not None:
+        lease = _seconds(lease, "lease", member)
+        if not 0 < lease < math.inf or scope != "global":
+            raise InvalidArgumentError(
+                f"agency.{member}: lease is a number of seconds > 0 for scope='global' locks, "
+                f"got {lease!r} with scope={scope!r}"
+            )
     checked: LockScope = "run" if scope == "run" else "global"
-    frame = current_frame(member)
+    # A global lock on an explicit store needs no run: a server process may hold one.
+    frame = current_frame_maybe()
+    if frame is None and not (checked == "global" and store is not None):
+        frame = current_frame(member)  # raises OutsideFrameError, saying how to fix it
     resolved: Store | None = None
     if checked == "global":
-        resolved = resolve_store(store) if store is not None else frame.ctx.store
+        resolved = resolve_store(store) if store is not None else None
+        if resolved is None and frame is not None:
+            resolved = frame.ctx.store
         if resolved is None:
             raise NotInRunError(
                 f"agency.{member}: lock {name!r} with scope='global' needs a run with a store "
                 "(call it inside `agency.run(...)`) or an explicit store= "
                 "(a URL such as 'sqlite:///agency.db', or a Store)"
             )
-    return _Request(name, owner_id, limit, warn, checked, frame, resolved)
+    return _Request(name, owner_id, limit, warn, checked, frame, resolved, lease)
 
 
 @overload
@@ -148,6 +169,7 @@ def with_lock(
     warn_after: float = 30.0,
     scope: LockScope = "run",
     store: str | Store | None = None,
+    lease: float | None = None,
 ) -> Coroutine[Any, Any, T]: ...
 
 
@@ -161,6 +183,7 @@ def with_lock(
     warn_after: float = 30.0,
     scope: LockScope = "run",
     store: str | Store | None = None,
+    lease: float | None = None,
 ) -> Coroutine[Any, Any, T]: ...
 
 
@@ -173,6 +196,7 @@ def with_lock(
     warn_after: float = 30.0,
     scope: LockScope = "run",
     store: str | Store | None = None,
+    lease: float | None = None,
 ) -> Coroutine[Any, Any, T]:
     """Run ``fn`` (sync or async, no arguments) while holding the lock ``name``.
 
@@ -181,14 +205,16 @@ def with_lock(
     ``timeout`` (seconds) bounds the wait (:class:`LockTimeoutError`); after ``warn_after``
     seconds of waiting a warning names the waiter and the holder (``<= 0`` disables it).
     ``scope="global"`` shares the lock with every process using the run's store (or
-    ``store=``). The lock is released when ``fn`` returns or raises.
+    ``store=``, which also works outside a run); its ticket's lease lasts ``lease`` seconds
+    (default :data:`GLOBAL_LOCK_LEASE_SECONDS`) and is renewed every third of it. The lock is
+    released when ``fn`` returns or raises.
     """
     if not callable(fn):
         raise InvalidArgumentError(
             f"agency.with_lock() needs fn: a callable taking no arguments (sync or async), "
             f"got {type(fn).__name__}"
         )
-    request = _request("with_lock()", name, owner_id, timeout, warn_after, scope, store)
+    request = _request("with_lock()", name, owner_id, timeout, warn_after, scope, store, lease)
     return _run_locked(request, fn)
 
 
@@ -200,15 +226,21 @@ def lock(
     warn_after: float = 30.0,
     scope: LockScope = "run",
     store: str | Store | None = None,
+    lease: float | None = None,
 ) -> AbstractAsyncContextManager[HeldLock]:
     """``async with agency.lock(name) as held:`` — the context-manager form of
     :func:`with_lock` (same arguments); ``held`` is a :class:`HeldLock`."""
-    return _hold(_request("lock()", name, owner_id, timeout, warn_after, scope, store))
+    return _hold(_request("lock()", name, owner_id, timeout, warn_after, scope, store, lease))
 
 
 async def _run_locked(request: _Request, fn: Callable[[], T | Awaitable[T]]) -> T:
     async with _hold(request):
-        return await call_in_frame(request.frame, fn)
+        if request.frame is not None:
+            return await call_in_frame(request.frame, fn)
+        value = fn()
+        if inspect.isawaitable(value):
+            return await value
+        return value
 
 
 @asynccontextmanager
@@ -216,6 +248,7 @@ async def _hold(request: _Request) -> AsyncIterator[HeldLock]:
     task = anyio.get_current_task().id
     if request.scope == "run":
         owner = request.owner_id or f"task:{task}"
+        assert request.frame is not None
         run_lock = await _acquire_run(request.frame.ctx, request, owner)
         try:
             yield HeldLock(request.name, owner, "run")
@@ -226,16 +259,16 @@ async def _hold(request: _Request) -> AsyncIterator[HeldLock]:
     assert store is not None
     owner = request.owner_id or owner_id(str(task))
     ticket, lease = await _acquire_global(store, request, owner)
+    clock = SYSTEM_CLOCK if request.frame is None else request.frame.ctx.clock
+    held = HeldLock(request.name, owner, "global")
     outcome: BaseException | None = None
     try:
         # The task group renews the lease while the body runs. Its body must not raise
         # (anyio would wrap the error in an ExceptionGroup): the outcome is re-raised below.
         async with anyio.create_task_group() as renewals:
-            renewals.start_soon(
-                _renew, store, request.name, ticket, owner, lease, request.frame.ctx.clock
-            )
+            renewals.start_soon(_renew, store, request.name, ticket, owner, lease, clock, held.lost)
             try:
-                yield HeldLock(request.name, owner, "global")
+                yield held
             except BaseException as exc:
                 outcome = exc
             finally:
@@ -405,7 +438,7 @@ async def _acquire_global(store: Store, request: _Request, owner: str) -> tuple[
     held = HELD.get(key)
     if held is not None and held[0] == owner:
         raise LockReentryError(f"Owner '{owner}' already holds lock '{name}'")
-    lease = GLOBAL_LOCK_LEASE_SECONDS
+    lease = GLOBAL_LOCK_LEASE_SECONDS if request.lease is None else request.lease
     start = anyio.current_time()
     deadline = math.inf if request.timeout is None else start + request.timeout
     warn_at = start + request.warn_after if request.warn_after > 0 else math.inf
@@ -453,9 +486,10 @@ async def _acquire_global(store: Store, request: _Request, owner: str) -> tuple[
 
 
 async def _renew(
-    store: Store, name: str, ticket: int, owner: str, lease: float, clock: Clock
+    store: Store, name: str, ticket: int, owner: str, lease: float, clock: Clock, lost: anyio.Event
 ) -> None:
-    """Keep a held global lock's lease alive until cancelled (on the clock of its leases)."""
+    """Keep a held global lock's lease alive until cancelled (on the clock of its leases);
+    set ``lost`` when it was lost."""
     while True:
         await clock.sleep(lease / 3)
         try:
@@ -473,6 +507,7 @@ async def _renew(
                 owner,
                 _format(lease),
             )
+            lost.set()
             return
 
 

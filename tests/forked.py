@@ -173,7 +173,9 @@ class ForkServer:
             text=True,
             bufsize=1,
         )
+        # Replies are read with os.read (see _next), never through the text wrapper.
         self._requests = 0
+        self._pending = b""
         self._exits: dict[int, int] = {}
         self._children: list[ForkedProcess] = []
 
@@ -249,15 +251,23 @@ class ForkServer:
         return done
 
     def _next(self, timeout: float | None) -> dict[str, Any] | None:
-        """The server's next line (exits are noted), or ``None`` after ``timeout`` seconds."""
+        """The server's next line (exits are noted), or ``None`` after ``timeout`` seconds.
+
+        Reads the pipe unbuffered into a buffer of our own: two children that exit at once
+        write two lines in one read, and a buffered ``readline`` would leave the second where
+        ``select`` cannot see it.
+        """
         out = self._process.stdout
         assert out is not None
-        ready, _, _ = select.select([out], [], [], timeout)
-        if not ready:
-            return None
-        line = out.readline()
-        if not line:
-            raise RuntimeError(f"the fork server died ({self._process.poll()})")
+        while b"\n" not in self._pending:
+            ready, _, _ = select.select([out], [], [], timeout)
+            if not ready:
+                return None
+            chunk = os.read(out.fileno(), 65536)
+            if not chunk:
+                raise RuntimeError(f"the fork server died ({self._process.poll()})")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
         message = dict(json.loads(line))
         if "returncode" in message:
             self._exits[int(message["pid"])] = int(message["returncode"])

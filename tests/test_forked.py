@@ -93,3 +93,10 @@ def test_a_forked_process_reports_failures_and_signals(fork_server: ForkServer) 
     assert waiting.poll() is None
     waiting.kill()
     assert waiting.wait(timeout=30) == -signal.SIGKILL
+
+
+def test_two_children_that_end_at_once_are_both_seen(fork_server: ForkServer) -> None:
+    first = fork_server.start("code", "import time; time.sleep(0.2)")
+    second = fork_server.start("code", "import time; time.sleep(0.2)")
+    assert first.wait(timeout=10) == 0
+    assert second.wait(timeout=10) == 0

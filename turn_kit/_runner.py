@@ -10,16 +10,39 @@ memory, in that order. Each of those is a journaled step, so:
 * turns of one conversation hold a store-wide lock, so they run one at a time, in arrival
   order, each recalling what the one before it saved.
 
+**Order across processes.** The conversation's lock is a FIFO queue of tickets in the store
+(``LockTable``), shared by every process on it: several webhook servers behind a load
+balancer, pollers, workers. What is guaranteed:
+
+* one turn of a conversation at a time, store-wide — also for a redelivered update handled
+  by two processes at once: the second waits, then finds the completed run (no second reply);
+* turns run in ticket order, and the ticket is taken as the very first store round trip:
+  :meth:`TurnRunner.run` queues before the run is claimed, and the Telegram webhook and
+  poller queue (:meth:`TurnRunner.hold`) before anything else — before the duplicate check,
+  the typing indicator and the run. So a turn whose process received its message earlier
+  than another process received the next message of the conversation runs first, unless the
+  two arrived within the time it takes to parse the update and write one ticket (about a
+  millisecond on SQLite, a round trip on PostgreSQL): receipts that close together have no
+  order any process could observe, and either may go first;
+* a holder that dies stops blocking the others at once when it was a process of this
+  machine, else when its ticket's lease (:data:`TURN_LOCK_LEASE_SECONDS`) runs out;
+* a turn that fails, or pauses on an interrupt, gives up its place; its retry (a redelivery,
+  the answer to the interrupt) queues anew, after the turns that queued meanwhile.
+
 Failures surface as the seed raises them (the original exception objects), never as a
 ``RunResult``; a turn that pauses on an interrupt raises :class:`TurnPausedError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import from_json, to_json
 
@@ -28,6 +51,7 @@ from agency_runtime import (
     ResumableScope,
     Store,
     agency,
+    open_store,
 )
 
 from ._context_providers import (
@@ -49,7 +73,21 @@ from ._identity import TurnConversation, as_conversation, conversation_tag, js_e
 from ._util import maybe_await
 from ._version import TURN_KIT_VERSION
 
-__all__ = ["TurnArgs", "TurnResponse", "TurnResult", "TurnRunner", "create_turn_runner"]
+__all__ = [
+    "TURN_LOCK_LEASE_SECONDS",
+    "TurnArgs",
+    "TurnResponse",
+    "TurnResult",
+    "TurnRunner",
+    "create_turn_runner",
+]
+
+logger = logging.getLogger("turn_kit")
+
+TURN_LOCK_LEASE_SECONDS = 30.0
+"""How long a conversation's lock ticket stays valid without renewal (renewed every third of
+it while held, at every poll while waiting): a holder on another machine that dies blocks its
+conversation at most this long. Read at each :meth:`TurnRunner.hold`, so tests may shorten it."""
 
 
 class TurnResponse(BaseModel):
@@ -103,6 +141,7 @@ class _Live:
 
     receipt: Any = None
     delivered: bool = False
+    locked: bool = False  # the caller holds the conversation's lock for this run
 
 
 def _project(receipt: Any) -> Any:
@@ -128,6 +167,16 @@ def _response(value: Any) -> _Responded:
     if isinstance(remember, str) and not js_trim(remember):
         raise InvalidArgumentError("explicit turn memory cannot be empty")
     return _Responded(reply=reply, remember=remember)
+
+
+# -- the conversation's store-wide lock -------------------------------------------------------
+
+_HELD: ContextVar[tuple[tuple[str, int], ...]] = ContextVar("turn_kit_held", default=())
+"""(lock name, holding task id) of the conversation locks the callers of this task hold."""
+
+
+def _lock_name(tag: str) -> str:
+    return f"turn-kit:{tag}"
 
 
 class TurnRunner:
@@ -156,6 +205,35 @@ class TurnRunner:
         ``agency.runs.get(run_id, store=runner.store)``."""
         tag = conversation_tag(self.namespace, as_conversation(conversation))
         return f"{tag}#{js_encode(str(message_id))}"
+
+    def hold(
+        self, conversation: TurnConversation | dict[str, str]
+    ) -> AbstractAsyncContextManager[None]:
+        """``async with runner.hold(conversation):`` — take the conversation's place in its
+        store-wide queue at once (the first store round trip), wait for its turn, and hold
+        it for the block (its lease renewed). :meth:`run` called inside the block, in the
+        same task, runs the turn without queueing again. Call it as soon as a message is
+        received, before any other store round trip, so turns run in the order the messages
+        were received (see the module docstring). Reentrant in the task that holds it."""
+        return self._hold(conversation_tag(self.namespace, as_conversation(conversation)))
+
+    @asynccontextmanager
+    async def _hold(self, tag: str) -> AsyncIterator[None]:
+        name = _lock_name(tag)
+        task = anyio.get_current_task().id
+        held = _HELD.get()
+        if (name, task) in held:
+            yield
+            return
+        store = open_store(self.store)
+        async with agency.lock(
+            name, scope="global", store=store, lease=TURN_LOCK_LEASE_SECONDS, warn_after=0
+        ):
+            token = _HELD.set((*held, (name, task)))
+            try:
+                yield
+            finally:
+                _HELD.reset(token)
 
     async def run(
         self,
@@ -199,7 +277,14 @@ class TurnRunner:
 
             return await agency.with_resumable_scope("turn", body)
 
-        result = await agency.run(turn, text, run_id=run_id, store=self.store, model=self.model)
+        async with self._hold(tag):  # queue first: before the run is claimed
+            live.locked = True
+            try:
+                result = await agency.run(
+                    turn, text, run_id=run_id, store=self.store, model=self.model
+                )
+            finally:
+                live.locked = False
         if result.status == "completed":
             value = result.value
             assert isinstance(value, TurnResult)
@@ -231,7 +316,13 @@ class TurnRunner:
             ctx, "info", "started",
             version=TURN_KIT_VERSION, namespace=namespace, transport=conversation.transport,
         )  # fmt: skip
-        async with agency.lock(f"turn-kit:{tag}", scope="global"):
+        # The caller holds the conversation's lock (run() queued before claiming the run);
+        # a run resumed without it (an interrupt answered later) takes it here.
+        locked = live.locked
+        guard: AbstractAsyncContextManager[Any] = (
+            nullcontext() if locked else agency.lock(_lock_name(tag), scope="global")
+        )
+        async with guard:
 
             async def recall() -> list[TurnHistoryEntry]:
                 if memory is None:

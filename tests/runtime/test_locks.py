@@ -551,6 +551,38 @@ async def test_global_lock_outside_a_run_needs_a_store(store: Store) -> None:
         assert await with_lock("x", lambda: 7, scope="global", store="memory://locks") == 7
 
 
+async def test_a_global_lock_on_a_store_needs_no_frame(store: Store) -> None:
+    """A server process (a webhook, a poller) holds store-wide locks outside any run."""
+    async with lock("served", scope="global", store=store, lease=5) as held:
+        assert (held.scope, held.lost.is_set()) == ("global", False)
+        with pytest.raises(LockTimeoutError):
+            await with_lock(
+                "served", lambda: None, scope="global", store=store, timeout=0, owner_id="other"
+            )
+    assert await with_lock("served", lambda: "free", scope="global", store=store) == "free"
+    with pytest.raises(OutsideFrameError):
+        await with_lock("x", lambda: None)  # a run-scoped lock still needs a run
+    for bad in (0, -1, float("inf"), "5"):
+        with pytest.raises(InvalidArgumentError, match="lease"):
+            lock("x", scope="global", store=store, lease=bad)  # type: ignore[arg-type]
+    with agency.test_context(), pytest.raises(InvalidArgumentError, match="lease"):
+        lock("x", lease=5)
+
+
+async def test_a_global_lock_whose_lease_ran_out_says_it_is_lost() -> None:
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
+    with agency.test_context(ctx=RuntimeContext(clock=clock)):
+        async with lock("leader", scope="global", store=store, lease=3) as held:
+            await anyio.wait_all_tasks_blocked()  # the renewal sleeps until t = 1
+            clock.advance(3.5)  # it wakes too late: the ticket expired at t = 3 ...
+            other = await store.enqueue_lock("leader", "other", 30)
+            assert await store.lock_turn("leader", other, "other", 30)  # ... and was dropped
+            with anyio.fail_after(5):
+                await held.lost.wait()
+            assert await store.lock_holder("leader") == (other, "other")
+
+
 # The next two read the memory store's own queues (``_lock_queues``): they are memory-only.
 
 

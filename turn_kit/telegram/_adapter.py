@@ -8,7 +8,10 @@ a crash in the middle of a long reply re-sends at most the chunk that was in fli
 
 The turn's run id comes from the chat, the topic and the message id (plus ``@<edit_date>``
 for an edited message), so a redelivered update gets the stored result, never a second
-reply. :meth:`TelegramTurnAdapter.run_id_for` gives that id for a payload (``None`` when it
+reply. :meth:`TelegramTurnAdapter.queued` takes the update's place in its conversation's
+store-wide queue first thing (the webhook and the poller handle every update inside it), so
+turns of a conversation run one at a time in the order they were received, across processes.
+:meth:`TelegramTurnAdapter.run_id_for` gives that id for a payload (``None`` when it
 would be skipped) and :meth:`TelegramTurnAdapter.turn_record` the stored run: the webhook and
 the poller count a failing update's attempts there (durably), and stop retrying one after
 :data:`MAX_ATTEMPTS` (see :func:`given_up`).
@@ -20,7 +23,8 @@ An adapter without an owner chat skips every update; it says so once, as a WARNI
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -236,6 +240,23 @@ class TelegramTurnAdapter:
         if message is None or reason is not None:
             return None
         return self.runner.run_id_for(self._conversation(message), self._turn_id(message))
+
+    @asynccontextmanager
+    async def queued(self, ctx: Any, *, payload: Any) -> AsyncIterator[str | None]:
+        """``async with adapter.queued(ctx, payload=update) as run_id:`` — take the update's
+        place in its conversation's store-wide queue at once, wait for its turn and hold it
+        for the block (see :meth:`~turn_kit.TurnRunner.hold`): :meth:`handle` inside runs
+        the turn without queueing again. ``run_id`` is :meth:`run_id_for`'s (``None``, and no
+        queueing, for an update that would be skipped). The webhook and the poller enter it
+        before any other store round trip, so turns of a conversation run in the order their
+        updates were received, whichever process received them."""
+        message, reason = await self._read(ctx, payload)
+        if message is None or reason is not None:
+            yield None
+            return
+        conversation = self._conversation(message)
+        async with self.runner.hold(conversation):
+            yield self.runner.run_id_for(conversation, self._turn_id(message))
 
     async def turn_record(self, run_id: str) -> RunRecord | None:
         """The stored run of a turn (``status``, ``attempts``, ``error``, …), or ``None`` when

@@ -11,7 +11,10 @@ exactly as they talk to ``api.telegram.org``::
 Methods are served under ``/bot<token>/<method>`` for ``GET`` (query string) and ``POST``
 (JSON, form-encoded as python-telegram-bot sends them, or query string): ``getMe``,
 ``getUpdates``, ``sendMessage``, ``sendChatAction``, ``setWebhook``, ``deleteWebhook`` and
-``getWebhookInfo``. A wrong token gets 401 ``Unauthorized``; an unknown method 404.
+``getWebhookInfo``. A wrong token gets 401 ``Unauthorized``; an unknown method 404. As on
+Telegram, ``getUpdates`` answers 409 Conflict while a webhook is set, and a ``getUpdates``
+still waiting when another one arrives is ended with 409 "terminated by other getUpdates
+request" (two pollers of one bot show up as 409s in :attr:`FakeBotApi.calls`).
 
 Failures are injected with :meth:`FakeBotApi.fail_next`: ``"rate_limit"`` (429 with
 ``parameters.retry_after``), ``"timeout_after_store"`` (the message is stored, then the response
@@ -42,6 +45,10 @@ FailureKind = Literal["rate_limit", "timeout_after_store", "thread_not_found"]
 _KINDS = ("rate_limit", "timeout_after_store", "thread_not_found")
 
 _TEXT_LIMIT = 4096
+_TERMINATED = (
+    "Conflict: terminated by other getUpdates request; make sure that only one bot instance "
+    "is running"
+)
 _INT_FIELDS = frozenset(
     {"message_thread_id", "reply_to_message_id", "offset", "limit", "max_connections"}
 )
@@ -164,6 +171,7 @@ class FakeBotApi:
         self._stopping = threading.Event()
         self._updates: list[dict[str, Any]] = []
         self._next_update_id = 1
+        self._polls = 0  # getUpdates calls so far: a newer one ends a waiting one
         self._message_ids: dict[int | str, int] = {}
         self._sent: list[dict[str, Any]] = []
         self._actions: list[dict[str, Any]] = []
@@ -430,6 +438,10 @@ class FakeBotApi:
                     "Conflict: can't use getUpdates method while webhook is active; "
                     "use deleteWebhook to delete the webhook first",
                 )
+            # As Telegram does, a new getUpdates ends the one still waiting (it gets a 409).
+            self._polls += 1
+            mine = self._polls
+            self._cond.notify_all()
             if offset is not None:
                 offset = int(offset)
                 if offset < 0:
@@ -437,10 +449,14 @@ class FakeBotApi:
                 else:
                     self._updates = [u for u in self._updates if u["update_id"] >= offset]
             while not self._updates and not self._stopping.is_set():
+                if self._polls != mine:
+                    break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
+            if self._polls != mine:
+                raise _ApiError(409, _TERMINATED)
             return [dict(u) for u in self._updates[:limit]]
 
     def _send_message(self, params: dict[str, Any]) -> Any:

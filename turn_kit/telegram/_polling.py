@@ -10,6 +10,19 @@ failed :data:`MAX_ATTEMPTS` times — counted in the store, from the run's recor
 restarted poller keeps counting — then logged and moved past. (A failure before the turn's
 run exists, such as a transport that cannot be built, is counted in memory.)
 
+Several pollers may run on one store (several processes, several machines), yet Telegram
+serves one ``getUpdates`` consumer per bot (a second gets 409 Conflict): :meth:`TelegramPoller.run`
+polls only while it leads. The leader is the holder of a store-wide lock (the store's
+``LockTable``) named after the offset key; the others stand by, queued for it. The leader
+renews its lease every third of ``leader_lease`` while polling; when it stops, its place goes
+to the next poller at once; when it dies, as soon as a standby of the same machine sees the
+process gone, else when its lease runs out. A leader that finds its lease lost (its loop
+stalled) stops fetching at once, finishes nothing more than the update in hand and queues
+again. A 409 (another consumer, or a webhook that is set) is logged and backed off, never
+fatal. Even two pollers fetching at once answer each update once: each update's turn queues
+for its conversation and is idempotent by its run id. :meth:`TelegramPoller.poll_once` does
+not elect: it is one fetch, for tests and for callers that schedule polling themselves.
+
 The poller keeps running through a bad answer: a transport error, a ``getUpdates`` body that
 is not a JSON object, ``ok`` not true, a ``result`` that is not a list, updates without an
 integer ``update_id`` (each is skipped with a warning) — :meth:`TelegramPoller.poll_once`
@@ -24,22 +37,28 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import anyio
 import httpx
 
-from agency_runtime import InvalidArgumentError, Store, open_store
+from agency_runtime import InvalidArgumentError, LockTimeoutError, Store, agency, open_store
 
 from .._errors import TurnKitError, TurnPausedError
 from .._runner import TurnArgs
 from ._adapter import MAX_ATTEMPTS, TelegramTurnAdapter, given_up
 from ._redact import install_token_redaction, scrub_exception, scrub_text
 
-__all__ = ["MAX_ATTEMPTS", "TelegramPoller"]
+__all__ = ["MAX_ATTEMPTS", "STANDBY_SECONDS", "TelegramPoller"]
 
 logger = logging.getLogger("turn_kit.telegram")
+
+T = TypeVar("T")
+
+STANDBY_SECONDS = 0.5
+"""How long a standby poller waits for the lead before it looks at its ``stop`` event and
+queues again."""
 
 _NAMESPACE = "telegram-polling"
 _OFFSET = re.compile(r"^\s*-?\d{1,30}\s*$")
@@ -54,6 +73,10 @@ class TelegramPoller:
     the adapter's store) under ``offset_key`` (default: the bot's id, the part of the token
     before ``:`` — never the secret part). Constructing a poller installs the token-redacting
     log filter (httpx logs every request URL, which carries the token).
+
+    :meth:`run` polls only while this poller leads the pollers of ``offset_key`` on the store
+    (see the module docstring); ``leader_lease`` is how long a leader that stopped renewing
+    (a process of another machine that died) keeps the others waiting.
     """
 
     def __init__(
@@ -68,6 +91,7 @@ class TelegramPoller:
         store: str | Store | None = None,
         offset_key: str | None = None,
         client: httpx.AsyncClient | None = None,
+        leader_lease: float = 30.0,
     ) -> None:
         token = (token or os.environ.get("TELEGRAM_BOT_TOKEN") or "").strip()
         if not token:
@@ -76,8 +100,13 @@ class TelegramPoller:
             )
         if poll_timeout < 0:
             raise InvalidArgumentError(f"poll_timeout must be 0 or more, got {poll_timeout!r}")
+        if isinstance(leader_lease, bool) or not isinstance(leader_lease, int | float):
+            raise InvalidArgumentError(f"leader_lease must be seconds, got {leader_lease!r}")
+        if not 0 < leader_lease < float("inf"):
+            raise InvalidArgumentError(f"leader_lease must be above 0, got {leader_lease!r}")
         install_token_redaction(token)
         self.adapter = adapter
+        self.leader_lease = float(leader_lease)
         self.ctx = ctx
         self.respond = respond
         self.__token = token
@@ -123,8 +152,9 @@ class TelegramPoller:
         status = response.status_code
         if status == 409:
             raise TurnKitError(
-                "getUpdates conflicts with a webhook or another poller (409): delete the "
-                "webhook (deleteWebhook) or stop the other poller"
+                "getUpdates conflicts with a webhook or another getUpdates consumer (409): "
+                "delete the webhook (deleteWebhook), or make every poller of this bot use one "
+                "store (they then take turns leading)"
             )
         try:
             body: object = response.json()
@@ -156,14 +186,24 @@ class TelegramPoller:
         handled, _ = await self._poll()
         return handled
 
-    async def _poll(self) -> tuple[int, bool]:
-        """:meth:`poll_once`, and whether it stopped at an update to retry."""
+    async def _poll(self, lost: anyio.Event | None = None) -> tuple[int, bool]:
+        """:meth:`poll_once`, and whether it stopped at an update to retry. With ``lost``
+        (the leadership's): the fetch is cancelled once it is set, and no update is begun."""
         store = open_store(self._store_choice)
         handled = 0
         async with self._client_scope() as client:
-            batch = await self._fetch(client, await self.offset())
+            offset = await self.offset()
+            if lost is None:
+                batch = await self._fetch(client, offset)
+            else:
+                fetched = await _unless(lost, self._fetch(client, offset))
+                if fetched is None:
+                    return handled, False
+                batch = fetched
             usable = 0
             for update in batch:
+                if lost is not None and lost.is_set():
+                    return handled, False
                 update_id = update.get("update_id") if isinstance(update, dict) else None
                 if not isinstance(update, dict) or not _is_update_id(update_id):
                     logger.warning(
@@ -187,16 +227,17 @@ class TelegramPoller:
         """Handle one update; ``False`` when it failed and is to be retried."""
         run_id: str | None = None
         try:
-            run_id = await self.adapter.run_id_for(self.ctx, payload=update)
-            record = None if run_id is None else await self.adapter.turn_record(run_id)
-            if given_up(record):
-                assert record is not None
-                logger.warning(
-                    "Telegram update %s: its turn (run %s) is %s after %d attempt(s); "
-                    "skipping it", update_id, run_id, record.status, record.attempts,
-                )  # fmt: skip
-                return True
-            await self.adapter.handle(self.ctx, payload=update, respond=self.respond)
+            async with self.adapter.queued(self.ctx, payload=update) as queued_id:
+                run_id = queued_id
+                record = None if run_id is None else await self.adapter.turn_record(run_id)
+                if given_up(record):
+                    assert record is not None
+                    logger.warning(
+                        "Telegram update %s: its turn (run %s) is %s after %d attempt(s); "
+                        "skipping it", update_id, run_id, record.status, record.attempts,
+                    )  # fmt: skip
+                    return True
+                await self.adapter.handle(self.ctx, payload=update, respond=self.respond)
         except TurnPausedError:
             logger.info("Telegram update %s paused on an interrupt", update_id)
         except Exception:
@@ -232,17 +273,66 @@ class TelegramPoller:
             return _Borrowed(self._client)
         return httpx.AsyncClient()
 
-    async def run(self, *, stop: anyio.Event | None = None, error_backoff: float = 1.0) -> None:
-        """Poll until ``stop`` is set (or forever).
+    @property
+    def leader_lock(self) -> str:
+        """The name of the store-wide lock whose holder is the polling leader."""
+        return f"turn-kit:telegram-poller:{self.offset_key}"
 
-        A bad ``getUpdates`` answer, a transport or store error, or an update that failed and
-        is to be retried logs a warning and backs off (``error_backoff`` seconds, doubling up
-        to 60 s); the next success resets the delay.
+    async def run(self, *, stop: anyio.Event | None = None, error_backoff: float = 1.0) -> None:
+        """Poll until ``stop`` is set (or forever), while this poller leads (see the module
+        docstring); standing by, queued for the lead, otherwise.
+
+        A bad ``getUpdates`` answer (a 409 Conflict too), a transport or store error, or an
+        update that failed and is to be retried logs a warning and backs off
+        (``error_backoff`` seconds, doubling up to 60 s); the next success resets the delay.
         """
+        stop = stop if stop is not None else anyio.Event()
         delay = error_backoff
-        while stop is None or not stop.is_set():
+        while not stop.is_set():
             try:
-                _, retry = await self._poll()
+                await self._lead(stop, error_backoff)
+                delay = error_backoff
+                continue
+            except Exception as exc:
+                logger.warning(
+                    "Telegram polling: could not take the lead: %s: %s (retrying in %.1fs)",
+                    type(exc).__name__, scrub_text(str(exc), self.__token), delay,
+                    exc_info=True,
+                )  # fmt: skip
+            with anyio.move_on_after(delay):
+                await stop.wait()
+            delay = min(delay * 2, 60.0)
+
+    async def _lead(self, stop: anyio.Event, error_backoff: float) -> None:
+        """Poll while leading: until ``stop`` is set or the lead is lost (its lease ran out:
+        another poller may lead now). A standby gives up its place every
+        :data:`STANDBY_SECONDS` (so it notices ``stop``) and queues again."""
+        store = open_store(self._store_choice)
+        leading = False
+        try:
+            async with agency.lock(
+                self.leader_lock,
+                scope="global",
+                store=store,
+                lease=self.leader_lease,
+                timeout=STANDBY_SECONDS,
+                warn_after=0,
+            ) as held:
+                leading = True
+                logger.info("Telegram polling: leading the pollers of %s", self.offset_key)
+                await self._poll_while(stop, held.lost, error_backoff)
+        except LockTimeoutError:
+            if leading:
+                raise
+            return  # another poller leads: stand by
+        if held.lost.is_set() and not stop.is_set():
+            logger.warning("Telegram polling: lost the lead of %s; queueing again", self.offset_key)
+
+    async def _poll_while(self, stop: anyio.Event, lost: anyio.Event, error_backoff: float) -> None:
+        delay = error_backoff
+        while not stop.is_set() and not lost.is_set():
+            try:
+                _, retry = await self._poll(lost)
             except TurnKitError as exc:
                 logger.warning("Telegram polling: %s (retrying in %.1fs)", exc, delay)
             except Exception as exc:
@@ -255,8 +345,49 @@ class TelegramPoller:
                 if not retry:
                     delay = error_backoff
                     continue
-            await anyio.sleep(delay)
+            with anyio.move_on_after(delay):
+                await _first(stop, lost)
             delay = min(delay * 2, 60.0)
+
+
+async def _first(*events: anyio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    async with anyio.create_task_group() as group:
+
+        async def watch(event: anyio.Event) -> None:
+            await event.wait()
+            group.cancel_scope.cancel()
+
+        for event in events:
+            group.start_soon(watch, event)
+
+
+async def _unless(lost: anyio.Event, work: Awaitable[T]) -> T | None:
+    """``await work``, or ``None`` as soon as ``lost`` is set (the work is cancelled)."""
+    if lost.is_set():
+        if isinstance(work, Coroutine):
+            work.close()
+        return None
+    result: list[T] = []
+    errors: list[Exception] = []
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            await lost.wait()
+            group.cancel_scope.cancel()
+
+        async def do() -> None:
+            try:
+                result.append(await work)
+            except Exception as exc:  # raised below as it is, not in an ExceptionGroup
+                errors.append(exc)
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        group.start_soon(do)
+    if errors:
+        raise errors[0]
+    return result[0] if result else None
 
 
 def _is_update_id(value: object) -> bool:

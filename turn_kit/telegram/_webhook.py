@@ -9,6 +9,13 @@
   redelivered update whose turn completed is answered 200 (``"duplicate": true``) without a
   second turn, and two bots, or Telegram restarting its ``update_id`` counter, never shadow
   each other's messages. A turn paused on an interrupt answers 200 (``"status": "paused"``).
+* Several server processes may share one store (behind a load balancer): each update takes
+  its place in its conversation's store-wide queue before anything else
+  (:meth:`~turn_kit.telegram.TelegramTurnAdapter.queued`), so turns of a conversation run
+  one at a time in the order the processes received them, and an update delivered to two
+  processes is answered once (the second waits for the first, then answers ``duplicate``).
+  See :mod:`turn_kit._runner` for exactly what is guaranteed. On ``lifespan.startup`` the
+  app opens the store, so the first update does not pay for connecting before it queues.
 * The app answers 200 only once the update was handled (its turn is durable by then); if
   handling fails it answers 500, so Telegram delivers the update again and the turn resumes
   from its journal — until the turn's run has failed
@@ -26,7 +33,7 @@ import warnings
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from agency_runtime import InvalidArgumentError, Store
+from agency_runtime import InvalidArgumentError, Store, open_store
 
 from .._errors import TurnPausedError
 from .._runner import TurnArgs
@@ -130,16 +137,20 @@ def webhook_app(
         label = _label(update)
         run_id: str | None = None
         try:
-            run_id = await adapter.run_id_for(ctx, payload=update)
-            record = None if run_id is None else await adapter.turn_record(run_id)
-            if record is not None and (record.status == "paused" or given_up(record)):
-                # a redelivery of a turn waiting for a human, or of one given up: no new turn
-                return 200, {"ok": True, "duplicate": True, "status": record.status,
-                             "run_id": run_id}  # fmt: skip
-            if record is not None and record.status == "completed":
-                return 200, {"ok": True, "duplicate": True, "status": "handled",
-                             "run_id": run_id}  # fmt: skip
-            outcome = await adapter.handle(ctx, payload=update, respond=respond)
+            # Queue first (before the duplicate check, the typing indicator and the run), so
+            # the conversation's turns run in the order the updates were received, whichever
+            # server process received them; a duplicate waits for the original, then finds it.
+            async with adapter.queued(ctx, payload=update) as queued_id:
+                run_id = queued_id
+                record = None if run_id is None else await adapter.turn_record(run_id)
+                if record is not None and (record.status == "paused" or given_up(record)):
+                    # a redelivery of a turn waiting for a human, or of one given up
+                    return 200, {"ok": True, "duplicate": True, "status": record.status,
+                                 "run_id": run_id}  # fmt: skip
+                if record is not None and record.status == "completed":
+                    return 200, {"ok": True, "duplicate": True, "status": "handled",
+                                 "run_id": run_id}  # fmt: skip
+                outcome = await adapter.handle(ctx, payload=update, respond=respond)
         except TurnPausedError as paused:
             # Accepted and waiting for a human: answering the interrupts finishes the turn.
             return 200, {"ok": True, "status": "paused", "run_id": paused.result.run_id}
@@ -165,11 +176,20 @@ def webhook_app(
             return 500, {"ok": False, "description": "the update failed"}
         return 200, {"ok": True, "status": outcome.status, "reason": outcome.reason}
 
+    async def warm_up() -> None:
+        """Open the store (and its connections) before the first update arrives, so that
+        update's ticket is not taken later than its arrival by a connect."""
+        try:
+            await open_store(adapter.runner.store).lock_holder("turn-kit:warm-up")
+        except Exception as exc:  # the store may come up later; every update retries it
+            logger.warning("Telegram webhook: the store is not reachable yet: %s", exc)
+
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while True:
                 event = await receive()
                 if event["type"] == "lifespan.startup":
+                    await warm_up()
                     await send({"type": "lifespan.startup.complete"})
                 elif event["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
