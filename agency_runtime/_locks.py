@@ -19,13 +19,13 @@ cycle detection: a task that waits for a lock held by the task that spawned it d
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 

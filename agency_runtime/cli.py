@@ -14,9 +14,9 @@ Commands::
     agency runs fork RUN_ID STEP_PATH [--new-id ID]
     agency worker [--queue NAME]... [--concurrency N] [--lease S] [--poll S] [--import MODULE]...
 
-Every ``runs`` command and ``worker`` take ``--store URL`` (default: ``AGENCY_STORE``, else the embedded
-store in ``./.agency/``) and ``--json`` (machine-readable output), before or after the
-command name.
+Every ``runs`` command and ``worker`` take ``--store URL`` (default: ``AGENCY_STORE``, else
+the embedded store in ``./.agency/``) and ``--json`` (machine-readable output), before or
+after the command name.
 
 Output: tables fit in 100 columns (a long cell is shortened with ``…``; ``--json`` shows it in
 full). ``--json`` prints plain nested JSON: the JSON the store keeps as text (arguments,

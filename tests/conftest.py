@@ -6,8 +6,14 @@
   class returning ``"asyncio"``, with a comment saying why).
 * ``workdir`` (autouse) — the test's own working directory, without AGENCY_STORE/AGENCY_MODEL.
 * ``store`` — a fresh store of every backend in :data:`STORE_BACKENDS` (ids ``memory``,
-  ``sqlite``); ``make_store(clock=...)`` makes more of the same backend (closed after the
-  test). A test that is about one backend builds that backend itself, under another name.
+  ``sqlite``, ``postgres``); ``make_store(clock=...)`` makes more of the same backend (closed
+  after the test). A test that is about one backend builds that backend itself, under another
+  name.
+* PostgreSQL — ``AGENCY_TEST_POSTGRES`` (a DSN) names the server; when it is not set, the
+  session (the xdist controller, before it starts its workers, which inherit the variable)
+  starts an ephemeral cluster (``tests/pg_cluster.py``) and stops it at the end. Each
+  postgres store gets a new PostgreSQL schema of its own, so stores never see each other's
+  rows. No server: the postgres tests fail, saying why (never a skip).
 * ``fake_clock`` — a :class:`FakeClock` that runs started in the test read (the system clock
   is back afterwards); stores that should follow it are built with ``make_store(clock=...)``.
 * ``fork_server`` — starts the short-lived Python processes of crash and "another process"
@@ -18,17 +24,22 @@ from __future__ import annotations
 
 import atexit
 import functools
+import itertools
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from agency_runtime import MemoryStore, SqliteStore, Store
 from agency_runtime._boundary._runtime import RUNTIME
 from agency_runtime._clock import SYSTEM_CLOCK, Clock, FakeClock
+from agency_runtime._store import PostgresStore
+from tests import pg_cluster
 from tests.forked import ForkServer
 
 # Never let a test reach a network or a stray .env if litellm is imported somewhere.
@@ -66,6 +77,8 @@ def workdir(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 # -- store backends ----------------------------------------------------------------------------
 
+T = TypeVar("T")
+
 StoreFactory = Callable[[Path, Clock | None], Store]
 """Makes a fresh, empty store: ``factory(a path this store may use, its clock or None)``."""
 
@@ -89,9 +102,90 @@ def _empty_sqlite_store() -> Path:
     return folder / "empty.db"
 
 
+POSTGRES_ENV = "AGENCY_TEST_POSTGRES"
+"""The DSN of the PostgreSQL server the postgres tests use (set by the session if absent)."""
+_POSTGRES_ERROR_ENV = "AGENCY_TEST_POSTGRES_ERROR"
+_EPHEMERAL_ENV = "AGENCY_TEST_POSTGRES_EPHEMERAL"
+"""Set (to 1) when the server is thrown away after the run: its schemas need no dropping."""
+_CLUSTER = pytest.StashKey[pg_cluster.Cluster]()
+_SCHEMA_PREFIX = f"t{secrets.token_hex(3)}_"  # this process's schemas: new on every run
+_schema_numbers = itertools.count()
+_schemas_made: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start an ephemeral PostgreSQL cluster once per session, before xdist starts workers."""
+    if hasattr(config, "workerinput") or os.environ.get(POSTGRES_ENV):
+        return
+    try:
+        cluster = pg_cluster.start()
+    except pg_cluster.ClusterError as exc:
+        os.environ[_POSTGRES_ERROR_ENV] = str(exc)
+        return
+    config.stash[_CLUSTER] = cluster
+    os.environ[POSTGRES_ENV] = cluster.dsn
+    os.environ[_EPHEMERAL_ENV] = "1"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cluster = config.stash.get(_CLUSTER, None)
+    if cluster is not None:
+        del config.stash[_CLUSTER]
+        os.environ.pop(POSTGRES_ENV, None)
+        os.environ.pop(_EPHEMERAL_ENV, None)
+        pg_cluster.stop(cluster.directory)
+
+
+class _SettlingPostgresStore(PostgresStore):
+    """A PostgresStore whose calls run their SQL inline, on the calling thread.
+
+    Tests synchronise with ``anyio.wait_all_tasks_blocked()`` ("the code under test waits for
+    the clock or another task"), which holds for the in-process stores: they commit inline.
+    A task parked on a worker thread counts as blocked, so with the real store the test would
+    move the fake clock, or look at the store, in the middle of a commit. Here each call
+    commits before the caller goes on, as SQLite's do; the SQL, its pool and its error
+    mapping are the store's. The real thread hop is tested by ``test_postgres.py``'s plain
+    ``PostgresStore`` objects, the crash tests and the benches.
+    """
+
+    async def _run(self, what: str, work: Callable[..., T], *, tx: bool = False) -> T:
+        return self._call(what, work, tx)
+
+
+def _postgres_store(path: Path, clock: Clock | None) -> Store:
+    dsn = os.environ.get(POSTGRES_ENV)
+    if not dsn:
+        reason = os.environ.get(_POSTGRES_ERROR_ENV, "no reason recorded")
+        pytest.fail(
+            f"no PostgreSQL server for the postgres store tests: {POSTGRES_ENV} is not set and "
+            f"an ephemeral cluster could not be started ({reason}). Install PostgreSQL 15 "
+            f"(apt-get install -y postgresql) or set {POSTGRES_ENV}=postgresql://…",
+            pytrace=False,
+        )
+    schema = f"{_SCHEMA_PREFIX}{next(_schema_numbers)}"
+    if not _schemas_made and not os.environ.get(_EPHEMERAL_ENV):
+        atexit.register(_drop_schemas, dsn)
+    _schemas_made.append(schema)
+    return _SettlingPostgresStore(dsn, schema=schema, clock=clock, max_size=4, connect_timeout=10)
+
+
+def _drop_schemas(dsn: str) -> None:
+    """Drop this process's schemas (a server kept across runs stays small)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            for start in range(0, len(_schemas_made), 100):
+                names = ", ".join(f'"{n}"' for n in _schemas_made[start : start + 100])
+                conn.execute(f"DROP SCHEMA IF EXISTS {names} CASCADE")
+    except psycopg.Error:
+        pass
+
+
 STORE_BACKENDS: dict[str, StoreFactory] = {
     "memory": _memory_store,
     "sqlite": _sqlite_store,
+    "postgres": _postgres_store,
 }
 """Every backend the ``store`` fixture runs on, by test id. A new backend is one more entry
 (one that needs a server fails in its factory when none is reachable: never a silent skip)."""
@@ -120,7 +214,7 @@ def make_store(store_backend: str, workdir: Path) -> Iterator[Callable[..., Stor
 
 @pytest.fixture
 def store(make_store: Callable[..., Store]) -> Store:
-    """A fresh store of every backend (``[memory]``, ``[sqlite]``)."""
+    """A fresh store of every backend (``[memory]``, ``[sqlite]``, ``[postgres]``)."""
     return make_store()
 
 
@@ -149,3 +243,31 @@ def fork_server() -> Iterator[ForkServer]:
         yield server
     finally:
         server.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the shared-fixture tests on PostgreSQL under asyncio only (deselected, and counted
+    as such in the summary, under trio).
+
+    The store is the same code under both event loops: its SQL runs on worker threads
+    (``anyio.to_thread``), and what differs by backend — the thread hop and the wake-ups
+    rung from the listener thread — is tested on both by ``tests/runtime/test_postgres.py``
+    and on trio by every memory and SQLite test. Running every store test a fourth time
+    would cost the suite ~15 s for no path not already covered.
+    """
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        ids = params.params if params is not None else {}
+        if (
+            ids.get("anyio_backend") == "trio"
+            and ids.get("store_backend") == "postgres"
+            and item.path.name != "test_postgres.py"
+        ):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

@@ -10,6 +10,7 @@
 
 from .._types import Claim, RunRecord
 from ._memory import MemoryStore
+from ._postgres import PostgresStore
 from ._protocols import DocumentStore, LockTable, MemoryIndex, RunLog, RunQueue, Store
 from ._sqlite import SCHEMA_VERSION, SqliteStore
 from ._url import DEFAULT_STORE_URL, open_store, resolve_store
@@ -22,6 +23,7 @@ __all__ = [
     "LockTable",
     "MemoryIndex",
     "MemoryStore",
+    "PostgresStore",
     "RunLog",
     "RunQueue",
     "RunRecord",

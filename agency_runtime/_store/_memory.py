@@ -141,8 +141,7 @@ class MemoryStore:
                 },
                 deep=True,
             )
-        if record.is_final or record.status == "queued":
-            self._wakeups.ring()
+        self._wakeups.ring()
         return True
 
     def _drop_steps(self, run_id: str, doomed: Callable[[JournalEntry], bool]) -> tuple[int, int]:

@@ -76,8 +76,8 @@ class RunLog(Protocol):
         """Store the outcome fields of ``record`` and release the lease, in one transaction.
 
         A ``record.status`` of ``queued`` hands the run back to its queue (a draining worker):
-        the lease is released and any worker may claim it at once. A final or queued outcome
-        wakes whoever waits on runs (:meth:`RunQueue.wait_for_runs`).
+        the lease is released and any worker may claim it at once. Every stored outcome wakes
+        whoever waits on runs (:meth:`RunQueue.wait_for_runs`).
 
         ``unjournaled`` (pico-dollars, tokens) is added to the run's unjournaled spend: what
         this attempt spent outside committed steps. ``forget`` names steps to delete (failures

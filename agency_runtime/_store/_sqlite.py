@@ -379,7 +379,7 @@ class SqliteStore:
                 ),
             )
             finished = cursor.rowcount == 1
-        if finished and (record.is_final or record.status == "queued"):
+        if finished:
             self._wakeups.ring()
         self._trim_wal()
         return finished

@@ -7,7 +7,10 @@ Accepted URLs:
 * ``sqlite:///:memory:`` — a private in-memory SQLite database;
 * query options: ``?synchronous=FULL`` (or ``NORMAL``, ``OFF``, ``EXTRA``),
   ``?busy_timeout=SECONDS``;
-* ``memory://`` or ``memory://NAME`` — one in-process store per name.
+* ``memory://`` or ``memory://NAME`` — one in-process store per name;
+* ``postgresql://user:password@host:5432/database`` (or ``postgres://…``) — a PostgreSQL
+  store (extra ``postgres``); ``?schema=NAME`` picks the PostgreSQL schema (default
+  ``agency``), every other query option goes to libpq (``sslmode=require``, …).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import os
 import threading
 from pathlib import Path
 from typing import cast
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from .._errors import InvalidArgumentError, StoreUnavailableError
+from .._errors import InvalidArgumentError
 from ._memory import MemoryStore
+from ._postgres import PostgresStore, redact
 from ._protocols import Store
 from ._sqlite import SqliteStore, Synchronous
 
@@ -29,7 +33,10 @@ __all__ = ["DEFAULT_STORE_URL", "STORES", "StoreRegistry", "open_store", "resolv
 DEFAULT_STORE_URL = "sqlite:///./.agency/agency.db"
 """The store used when neither ``store=`` nor ``AGENCY_STORE`` says otherwise."""
 
-_SCHEMES = "sqlite:///path.db, sqlite:////absolute/path.db, memory:// or memory://NAME"
+_SCHEMES = (
+    "sqlite:///path.db, sqlite:////absolute/path.db, memory://, memory://NAME or "
+    "postgresql://user:password@host/database"
+)
 
 
 class StoreRegistry:
@@ -136,10 +143,12 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
             )
         return "sqlite", path, options
     if scheme in ("postgresql", "postgres"):
-        raise StoreUnavailableError(
-            f"the PostgreSQL store ({url.split('@')[-1]!r}) is not available in this version of "
-            "agency-runtime; use the embedded SQLite store (sqlite:///path.db) meanwhile"
-        )
+        if not parts.netloc and not parts.path.strip("/"):
+            raise InvalidArgumentError(
+                f"malformed PostgreSQL store URL {redact(url)!r}: write "
+                "postgresql://user:password@host:5432/database"
+            )
+        return "postgresql", parts.netloc + parts.path, options
     shown = f"{scheme}://" if scheme else repr(url)
     raise InvalidArgumentError(f"unknown store URL scheme {shown}: use {_SCHEMES}")
 
@@ -148,6 +157,8 @@ def _create(url: str, key: str) -> Store:
     scheme, path, options = _parse(url)
     if scheme == "memory":
         return MemoryStore.named(path)
+    if scheme == "postgresql":
+        return _postgres(url, options)
     synchronous = options.get("synchronous", "NORMAL").upper()
     if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise InvalidArgumentError(
@@ -169,3 +180,26 @@ def _create(url: str, key: str) -> Store:
     return SqliteStore(
         file, synchronous=cast(Synchronous, synchronous), busy_timeout=busy_timeout, url=url
     )
+
+
+def _postgres(url: str, options: dict[str, str]) -> Store:
+    """A PostgreSQL store: ``schema`` is ours, every other option is handed to libpq."""
+    parts = urlsplit(url.strip())
+    rest = {key: value for key, value in options.items() if key != "schema"}
+    timeout = 5.0
+    if "connect_timeout" in rest:
+        try:
+            timeout = float(rest["connect_timeout"])
+        except ValueError:
+            raise InvalidArgumentError(
+                f"connect_timeout={rest['connect_timeout']!r} in {redact(url)!r} is not a "
+                "number of seconds"
+            ) from None
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise InvalidArgumentError(
+                f"connect_timeout={rest['connect_timeout']!r} in {redact(url)!r} must be a "
+                "number of seconds above 0"
+            )
+    dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
+    schema = options.get("schema", "agency")
+    return PostgresStore(dsn, schema=schema, connect_timeout=timeout, url=url)

@@ -87,10 +87,11 @@ def test_malformed_store_urls_are_clear_errors(url: str, message: str) -> None:
     )
 
 
-def test_postgres_urls_say_the_store_is_not_available_without_leaking_secrets() -> None:
+def test_an_unreachable_postgres_server_is_unavailable_without_leaking_secrets() -> None:
     with pytest.raises(StoreUnavailableError, match="PostgreSQL") as caught:
-        open_store("postgresql://user:secret@db.example/agency")
+        open_store("postgresql://user:secret@db.example/agency?connect_timeout=2")
     assert "secret" not in str(caught.value)
+    assert "db.example" in str(caught.value)  # it says which server
 
 
 def test_resolve_store_prefers_the_argument_then_agency_store_then_the_default(

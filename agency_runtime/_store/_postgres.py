@@ -1,0 +1,1143 @@
+"""The PostgreSQL store: runs shared by many processes and machines (``postgresql://…``).
+
+Every method runs its SQL on a connection of a psycopg 3 ``ConnectionPool`` (autocommit, no
+server-side prepared statements, so PgBouncer in transaction mode works) in a worker thread
+(``anyio.to_thread``: psycopg's async API is asyncio-only, and runs may be on trio). psycopg is
+imported when a store is built, never by ``import agency_runtime``.
+
+The semantics are the SQLite store's (:mod:`._sqlite`), with the guarantees a shared server
+needs: runs are held by leases that expire (never session locks); a write made for a lease
+holder (a step, a checkpoint, a pause, an outcome) checks the lease in the same statement or
+transaction and locks the run's row while it does, so a worker that lost its lease cannot
+commit; queued runs are claimed with ``FOR UPDATE SKIP LOCKED`` under a lock on each limited
+queue's row; and whatever makes a run queued or ends it sends ``NOTIFY`` in the same
+transaction, so another process's :meth:`PostgresStore.wait_for_runs` wakes only after the
+commit. Times come from the store's ``clock`` when it was given one, else from the database
+server's clock.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+import anyio.to_thread
+from pydantic import TypeAdapter
+from pydantic_core import from_json, to_json
+
+from .._clock import Clock
+from .._errors import InvalidArgumentError, RunNotFoundError, StoreError, StoreUnavailableError
+from .._types import (
+    Checkpoint,
+    Claim,
+    ErrorInfo,
+    Interrupt,
+    InterruptAnswer,
+    InterruptResponse,
+    Journal,
+    JournalEntry,
+    MemoryRecord,
+    RunRecord,
+    RunStatus,
+)
+from ._pg_schema import SCHEMA_VERSION, channel, migrate, quoted
+from ._rules import BM25_B, BM25_K1, claim_decision, query_terms, text_tokens
+from ._wakeups import Wakeups
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+    Conn = psycopg.Connection[tuple[Any, ...]]
+
+__all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redact"]
+
+PG_SCHEMA_VERSION = SCHEMA_VERSION
+"""The PostgreSQL schema version this agency-runtime writes."""
+
+INSTALL_HINT = "pip install 'agency-runtime[postgres]'"
+
+_COLUMNS = (
+    "run_id", "status", "entry", "arguments", "model", "overrides", "value", "error",
+    "interrupts", "cost_pico", "tokens", "unjournaled_pico", "unjournaled_tokens", "attempts",
+    "version", "queue", "priority", "lease_owner", "lease_expires_at", "created_at",
+    "started_at", "finished_at", "updated_at",
+)  # fmt: skip
+_COLS = ", ".join(_COLUMNS)
+_VALUES = ", ".join(f"%({c})s" for c in _COLUMNS)
+_STEP_COLUMNS = (
+    "run_id", "path", "seq", "name", "callsite", "result", "locals", "scopes", "deltas",
+    "error", "cost_pico", "tokens", "created_at",
+)  # fmt: skip
+_MEMORY_COLUMNS = "m.id, m.namespace, m.content, m.tags, m.scope, m.created_at, m.expires_at, m.seq"
+_NOW = "COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
+"""The time a statement uses: the store's clock (passed as ``now``), else the server's."""
+_INTERRUPTS = TypeAdapter(list[Interrupt])
+_RETRIES = 4
+
+CHECK_IDLE_SECONDS = 5.0
+"""A pooled connection idle longer than this is checked (one round trip) before use."""
+"""Attempts of one operation when PostgreSQL aborts it for a deadlock or serialization."""
+
+T = TypeVar("T")
+
+
+def redact(url: str) -> str:
+    """``url`` (or a ``key=value`` conninfo) with its password replaced by ``***``."""
+    if "://" not in url:
+        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{host}"
+    query = "&".join(
+        f"{key}={'***' if key.lower() == 'password' else value}"
+        for key, value in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _import_psycopg() -> None:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        raise StoreUnavailableError(
+            f"the PostgreSQL store needs psycopg 3 with its pool ({exc}); install it with "
+            f"{INSTALL_HINT}"
+        ) from exc
+
+
+class _Refused(Exception):
+    """Internal: aborts a transaction that must leave nothing behind."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = keys
+
+
+class PostgresStore:
+    """Runs in a PostgreSQL database, shared by every process that opens the same schema.
+
+    ``dsn`` is a libpq URL (``postgresql://user:pass@host:5432/db``) or conninfo string;
+    ``schema`` the PostgreSQL schema holding the tables (created and migrated on open).
+    ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` (seconds) bounds
+    opening a connection and waiting for a free one. ``clock`` stamps leases and times
+    (default: the server's clock); ``url`` is what :attr:`url` shows (password redacted).
+    A server that cannot be reached raises :class:`~agency_runtime.StoreUnavailableError`.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "agency",
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = 5.0,
+        clock: Clock | None = None,
+        url: str | None = None,
+    ) -> None:
+        _import_psycopg()
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+        from psycopg_pool import ConnectionPool
+
+        self._t = quoted(schema)  # checks the name
+        self._schema = schema
+        self._channel = channel(schema)
+        self._clock = clock
+        self._url = redact(url or dsn)
+        self._where = f"{self._url} (schema {schema!r})"
+        self._secret: str | None = None
+        try:
+            secret = conninfo_to_dict(dsn).get("password")
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(
+                f"malformed PostgreSQL URL {self._url}: {self._scrub(str(exc))}; write "
+                "postgresql://user:password@host:5432/database"
+            ) from None
+        self._secret = str(secret) if secret else None
+        self._dsn = dsn
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "prepare_threshold": None,
+            "connect_timeout": max(1, math.ceil(connect_timeout)),
+        }
+        self._wakeups = Wakeups()
+        self._stopping = threading.Event()
+        self._listening = threading.Event()
+        self._listener: threading.Thread | None = None
+        self._listener_lock = threading.Lock()
+        try:
+            with psycopg.connect(dsn, **self._connect_kwargs) as conn:
+                migrate(conn, schema, self._where)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(
+                f"cannot connect to the PostgreSQL store {self._url}: "
+                f"{self._scrub(str(exc).strip())}. Check that the server is running and "
+                "that the URL's host, port, database, user and password are right"
+            ) from exc
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot prepare the PostgreSQL store {self._where}: "
+                f"{self._scrub(str(exc).strip())}. Check that the user may create "
+                "the schema and its tables"
+            ) from exc
+        self._last_used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
+        self._pool: ConnectionPool[Conn] | None = ConnectionPool(
+            dsn,
+            kwargs=self._connect_kwargs,
+            min_size=min_size,
+            max_size=max(min_size, max_size),
+            timeout=max(3 * connect_timeout, 15.0),
+            check=self._check_if_idle,
+            open=False,
+            name=f"agency-{schema}",
+        )
+        try:
+            self._pool.open(wait=True, timeout=max(connect_timeout, 1.0))
+        except psycopg.Error as exc:
+            self._pool.close()
+            raise StoreUnavailableError(
+                f"cannot open connections to the PostgreSQL store {self._url}: "
+                f"{self._scrub(str(exc))}"
+            ) from exc
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _check_if_idle(self, conn: Conn) -> None:
+        """The pool's health check on checkout: a round trip only for a connection idle
+        longer than :data:`CHECK_IDLE_SECONDS` (a server restart, a pooler or a firewall
+        that dropped it), so a busy store pays no extra round trip per operation. A
+        connection that breaks while in use is discarded by the pool when it comes back."""
+        from psycopg_pool import ConnectionPool
+
+        used = self._last_used.get(conn)
+        if used is None or time.monotonic() - used > CHECK_IDLE_SECONDS:
+            ConnectionPool.check_connection(conn)
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from, its password replaced by ``***``."""
+        return self._url
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding this store's tables."""
+        return self._schema
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without the password (a server's message may quote the DSN)."""
+        return text.replace(self._secret, "***") if self._secret else text
+
+    def _now_param(self) -> float | None:
+        return None if self._clock is None else self._clock.time()
+
+    def _now(self, conn: Conn) -> float:
+        if self._clock is not None:
+            return self._clock.time()
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        assert row is not None
+        return float(row[0])
+
+    async def _run(self, what: str, work: Callable[[Conn], T], *, tx: bool = False) -> T:
+        return await anyio.to_thread.run_sync(self._call, what, work, tx)
+
+    def _call(self, what: str, work: Callable[[Conn], T], tx: bool) -> T:
+        import psycopg
+
+        pool = self._pool
+        if pool is None:
+            raise StoreError(f"the PostgreSQL store {self._where} is closed")
+        for attempt in range(_RETRIES):
+            try:
+                with pool.connection() as conn:
+                    try:
+                        if not tx:
+                            return work(conn)
+                        with conn.transaction():
+                            return work(conn)
+                    finally:
+                        self._last_used[conn] = time.monotonic()
+            except psycopg.errors.TransactionRollback as exc:
+                if attempt + 1 == _RETRIES:
+                    raise StoreError(
+                        f"the PostgreSQL store {self._where} could not {what}: "
+                        f"{self._scrub(str(exc).strip())} (after {_RETRIES} attempts)"
+                    ) from exc
+                time.sleep(0.005 * 2**attempt)
+            except psycopg.Error as exc:
+                raise self._mapped(what, exc) from exc
+            except UnicodeEncodeError as exc:
+                bad = exc.object[exc.start : exc.end]
+                raise InvalidArgumentError(
+                    f"cannot {what}: a text holds a lone surrogate ({bad!r} at position "
+                    f"{exc.start}), which is not valid UTF-8"
+                ) from exc
+        raise AssertionError("unreachable")
+
+    def _mapped(self, what: str, exc: Exception) -> Exception:
+        import psycopg
+
+        text = self._scrub(str(exc).strip())
+        if isinstance(exc, psycopg.errors.NumericValueOutOfRange):
+            return InvalidArgumentError(
+                f"cannot {what}: a number is too large for the store ({text})"
+            )
+        if isinstance(exc, psycopg.DataError) and "NUL" in text:
+            return InvalidArgumentError(
+                f"cannot {what}: a text holds a NUL character, which PostgreSQL cannot store"
+            )
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            return StoreUnavailableError(
+                f"the PostgreSQL store {self._url} is unavailable (while trying to {what}): "
+                f"{text}. Check that the server is running and reachable"
+            )
+        return StoreError(f"the PostgreSQL store {self._where} failed to {what}: {text}")
+
+    def _select(self) -> str:
+        return f"SELECT {_COLS} FROM {self._t}.runs"
+
+    def _fetch(self, conn: Conn, run_id: str, *, lock: bool = False) -> RunRecord | None:
+        suffix = " FOR UPDATE" if lock else ""
+        row = conn.execute(f"{self._select()} WHERE run_id = %s{suffix}", (run_id,)).fetchone()
+        return None if row is None else _record(row)
+
+    def _holds_sql(self, lock: str = "FOR SHARE") -> str:
+        """The lease check: a row when ``owner`` holds ``run``'s lease, locked against takeover."""
+        return (
+            f"SELECT 1 FROM {self._t}.runs WHERE run_id = %(run)s AND lease_owner = %(owner)s "
+            f"AND status = 'running' {lock}"
+        )
+
+    def _notify_sql(self, source: str, column: str = "run_id") -> str:
+        return f"pg_notify('{self._channel}', left({source}.{column}, 200))"
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def claim_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        lease_seconds: float,
+        steal_from: str | None = None,
+    ) -> Claim:
+        t = self._t
+
+        def work(conn: Conn) -> Claim:
+            while True:
+                existing = self._fetch(conn, record.run_id, lock=True)
+                now = self._now(conn)
+                decision = claim_decision(existing, now, steal_from)
+                if decision == "refuse":
+                    assert existing is not None
+                    return Claim(acquired=False, created=False, record=existing)
+                lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds}
+                if decision == "insert":
+                    stored = record.model_copy(
+                        update={"status": "running", "attempts": 1, "version": 1,
+                                "started_at": now, "updated_at": now, **lease}
+                    )  # fmt: skip
+                    inserted = conn.execute(
+                        f"INSERT INTO {t}.runs ({_COLS}) VALUES ({_VALUES}) "
+                        "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                        _row(stored),
+                    ).fetchone()
+                    if inserted is None:
+                        continue  # another claimant inserted it first: decide again
+                    return Claim(acquired=True, created=True, record=stored)
+                row = conn.execute(
+                    f"UPDATE {t}.runs SET status = 'running', attempts = attempts + 1, "
+                    "version = version + 1, started_at = %(now)s, updated_at = %(now)s, "
+                    "lease_owner = %(lease_owner)s, lease_expires_at = %(lease_expires_at)s "
+                    f"WHERE run_id = %(run)s RETURNING {_COLS}",
+                    {"now": now, "run": record.run_id, **lease},
+                ).fetchone()
+                assert row is not None
+                return Claim(acquired=True, created=False, record=_record(row))
+
+        return await self._run(f"claim run {record.run_id!r}", work, tx=True)
+
+    async def renew_lease(self, run_id: str, *, owner: str, lease_seconds: float) -> bool:
+        def work(conn: Conn) -> bool:
+            return (
+                conn.execute(
+                    f"UPDATE {self._t}.runs SET lease_expires_at = {_NOW} + %(lease)s "
+                    "WHERE run_id = %(run)s AND lease_owner = %(owner)s AND status = 'running'",
+                    {"now": self._now_param(), "lease": lease_seconds, "run": run_id,
+                     "owner": owner},
+                ).rowcount
+                == 1
+            )  # fmt: skip
+
+        return await self._run(f"renew the lease of run {run_id!r}", work)
+
+    async def finish_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        unjournaled: tuple[int, int] = (0, 0),
+        forget: Sequence[str] = (),
+    ) -> bool:
+        t = self._t
+        params: dict[str, Any] = {
+            "run": record.run_id, "owner": owner, "status": record.status,
+            "value": record.value, "error": _error_json(record.error),
+            "interrupts": _interrupts_json(record.interrupts), "cost": record.cost_pico,
+            "tokens": record.tokens, "upico": unjournaled[0], "utokens": unjournaled[1],
+            "finished": record.finished_at, "now": self._now_param(), "forget": list(forget),
+        }  # fmt: skip
+
+        def work(conn: Conn) -> bool:
+            if forget:
+                if conn.execute(self._holds_sql("FOR UPDATE"), params).fetchone() is None:
+                    return False
+                pico, tokens = self._drop_steps(
+                    conn, record.run_id, "path = ANY(%s::text[])", list(forget)
+                )
+                params["upico"] += pico
+                params["utokens"] += tokens
+            # One guarded UPDATE, and the notification that whoever waits on runs looks again.
+            rows = conn.execute(
+                f"WITH done AS (UPDATE {t}.runs SET status = %(status)s, value = %(value)s, "
+                "error = %(error)s, interrupts = %(interrupts)s, cost_pico = %(cost)s, "
+                "tokens = %(tokens)s, unjournaled_pico = unjournaled_pico + %(upico)s, "
+                "unjournaled_tokens = unjournaled_tokens + %(utokens)s, "
+                f"finished_at = %(finished)s, updated_at = {_NOW}, version = version + 1, "
+                "queue = CASE WHEN %(status)s = 'queued' THEN COALESCE(queue, 'default') "
+                "ELSE queue END, lease_owner = NULL, lease_expires_at = NULL "
+                "WHERE run_id = %(run)s AND lease_owner = %(owner)s AND status = 'running' "
+                f"RETURNING run_id) SELECT {self._notify_sql('done')} FROM done",
+                params,
+            ).fetchall()
+            return len(rows) == 1
+
+        finished = await self._run(
+            f"store the outcome of run {record.run_id!r}", work, tx=bool(forget)
+        )
+        if finished:
+            self._wakeups.ring()
+        return finished
+
+    def _drop_steps(self, conn: Conn, run_id: str, where: str, param: Any) -> tuple[int, int]:
+        """Delete the run's steps matching ``where`` (one ``%s``); return the spend they held."""
+        row = conn.execute(
+            f"WITH gone AS (DELETE FROM {self._t}.steps WHERE run_id = %s AND {where} "
+            "RETURNING cost_pico, tokens) "
+            "SELECT COALESCE(SUM(cost_pico), 0), COALESCE(SUM(tokens), 0) FROM gone",
+            (run_id, param),
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._run(f"read run {run_id!r}", lambda conn: self._fetch(conn, run_id))
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunRecord]:
+        where = "" if status is None else "WHERE status = %(status)s "
+        query = (
+            f"{self._select()} {where}ORDER BY created_at DESC, seq DESC "
+            "LIMIT %(limit)s OFFSET %(offset)s"
+        )
+        params = {"status": status, "limit": None if limit < 0 else limit,
+                  "offset": max(0, offset)}  # fmt: skip
+
+        def work(conn: Conn) -> list[RunRecord]:
+            return [_record(row) for row in conn.execute(query, params).fetchall()]
+
+        return await self._run("list runs", work)
+
+    # -- the journal -----------------------------------------------------------------------
+
+    async def load_journal(self, run_id: str) -> Journal:
+        t = self._t
+
+        def work(conn: Conn) -> Journal:
+            steps = conn.execute(
+                f"SELECT {', '.join(_STEP_COLUMNS)} FROM {t}.steps WHERE run_id = %s ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+            answers = conn.execute(
+                f"SELECT seq, interrupt, response, answered_at FROM {t}.interrupts "
+                "WHERE run_id = %s ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+            checkpoints = conn.execute(
+                f"SELECT body FROM {t}.checkpoints WHERE run_id = %s ORDER BY seq", (run_id,)
+            ).fetchall()
+            try:
+                return Journal.model_construct(  # the rows are built (or validated) below
+                    entries=[
+                        JournalEntry.from_row(dict(zip(_STEP_COLUMNS, row, strict=True)))
+                        for row in steps
+                    ],
+                    answers=[
+                        InterruptAnswer(
+                            run_id=run_id,
+                            seq=seq,
+                            interrupt=Interrupt.model_validate_json(interrupt),
+                            response=None
+                            if response is None
+                            else InterruptResponse.model_validate_json(response),
+                            answered_at=answered_at,
+                        )
+                        for seq, interrupt, response, answered_at in answers
+                    ],
+                    checkpoints=[Checkpoint.model_validate_json(body) for (body,) in checkpoints],
+                )
+            except ValueError as exc:
+                raise StoreError(f"the journal of run {run_id!r} is damaged: {exc}") from exc
+
+        return await self._run(f"load the journal of run {run_id!r}", work, tx=True)
+
+    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
+        params = {column: getattr(entry, column) for column in _STEP_COLUMNS}
+        params.update(run=entry.run_id, owner=owner)
+        # One statement: the lease check locks the run's row (FOR SHARE), so a claimant taking
+        # the run over waits for this commit, or this insert sees the lease gone and writes
+        # nothing.
+        query = (
+            f"WITH lease AS ({self._holds_sql()}) INSERT INTO {self._t}.steps "
+            f"({', '.join(_STEP_COLUMNS)}) SELECT "
+            f"{', '.join(f'%({c})s' for c in _STEP_COLUMNS)} FROM lease"
+        )
+        what = f"commit step {entry.path!r} of run {entry.run_id!r}"
+        return await self._run(what, lambda conn: conn.execute(query, params).rowcount == 1)
+
+    async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
+        if not answers:
+            return True
+        run_id = answers[0].run_id
+        latest = {(a.run_id, a.interrupt.interrupt_id): a for a in answers}  # the last one wins
+        params = {
+            "run": run_id, "owner": owner,
+            "runs": [a.run_id for a in latest.values()],
+            "ids": [a.interrupt.interrupt_id for a in latest.values()],
+            "seqs": [a.seq for a in latest.values()],
+            "bodies": [a.interrupt.model_dump_json() for a in latest.values()],
+        }  # fmt: skip
+        query = (
+            f"WITH lease AS ({self._holds_sql()}), saved AS (INSERT INTO {self._t}.interrupts "
+            "(run_id, interrupt_id, seq, interrupt, response, answered_at) "
+            "SELECT x.r, x.i, x.s, x.b, NULL, NULL FROM lease, unnest(%(runs)s::text[], "
+            "%(ids)s::text[], %(seqs)s::bigint[], %(bodies)s::text[]) AS x(r, i, s, b) "
+            "ON CONFLICT (run_id, interrupt_id) DO UPDATE SET seq = EXCLUDED.seq, "
+            "interrupt = EXCLUDED.interrupt, response = NULL, answered_at = NULL RETURNING 1) "
+            "SELECT (SELECT count(*) FROM lease), (SELECT count(*) FROM saved)"
+        )
+
+        def work(conn: Conn) -> bool:
+            row = conn.execute(query, params).fetchone()
+            return row is not None and row[0] == 1
+
+        return await self._run(f"record the interrupts of run {run_id!r}", work)
+
+    async def answer_interrupts(
+        self, run_id: str, responses: dict[str, InterruptResponse], *, enqueue: bool = False
+    ) -> list[str]:
+        t = self._t
+        keys = list(responses)
+        params = {
+            "run": run_id, "now": self._now_param(), "ids": keys, "enqueue": enqueue,
+            "bodies": [responses[key].model_dump_json() for key in keys],
+        }  # fmt: skip
+
+        def work(conn: Conn) -> list[str]:
+            answered = {
+                key
+                for (key,) in conn.execute(
+                    f"UPDATE {t}.interrupts i SET response = x.b, answered_at = {_NOW} "
+                    "FROM unnest(%(ids)s::text[], %(bodies)s::text[]) AS x(k, b) "
+                    "WHERE i.run_id = %(run)s AND i.interrupt_id = x.k AND i.response IS NULL "
+                    "RETURNING i.interrupt_id",
+                    params,
+                ).fetchall()
+            }
+            refused = [key for key in keys if key not in answered]
+            if refused:
+                raise _Refused(refused)  # rolls the whole transaction back
+            conn.execute(
+                f"WITH bumped AS (UPDATE {t}.runs SET version = version + 1, "
+                f"updated_at = {_NOW}, "
+                "status = CASE WHEN %(enqueue)s AND status = 'paused' THEN 'queued' "
+                "ELSE status END, "
+                "queue = CASE WHEN %(enqueue)s AND status = 'paused' "
+                "THEN COALESCE(queue, 'default') ELSE queue END "
+                "WHERE run_id = %(run)s RETURNING run_id, status) "
+                f"SELECT {self._notify_sql('bumped')} FROM bumped WHERE %(enqueue)s",
+                params,
+            )
+            return []
+
+        try:
+            refused = await self._run(
+                f"answer the interrupts of run {run_id!r}", work, tx=bool(keys)
+            )
+        except _Refused as refusal:
+            return refusal.keys
+        if enqueue and not refused:
+            self._wakeups.ring()
+        return refused
+
+    async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:
+        run_id = checkpoint.run_id or ""
+        params = {"run": run_id, "owner": owner, "id": checkpoint.checkpoint_id,
+                  "seq": checkpoint.seq, "body": checkpoint.model_dump_json()}  # fmt: skip
+        query = (
+            f"WITH lease AS ({self._holds_sql()}) INSERT INTO {self._t}.checkpoints "
+            "(run_id, checkpoint_id, seq, body) SELECT %(run)s, %(id)s, %(seq)s, %(body)s "
+            "FROM lease ON CONFLICT (run_id, checkpoint_id) DO UPDATE SET seq = EXCLUDED.seq, "
+            "body = EXCLUDED.body"
+        )
+        what = f"save checkpoint {checkpoint.checkpoint_id!r}"
+        return await self._run(what, lambda conn: conn.execute(query, params).rowcount == 1)
+
+    async def rewind(
+        self,
+        run_id: str,
+        seq: int,
+        *,
+        owner: str,
+        overrides: str | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> bool:
+        t = self._t
+
+        def work(conn: Conn) -> bool:
+            held = {"run": run_id, "owner": owner}
+            if conn.execute(self._holds_sql("FOR UPDATE"), held).fetchone() is None:
+                return False
+            pico, tokens = self._drop_steps(conn, run_id, "seq > %s", seq)
+            conn.execute(
+                f"UPDATE {t}.runs SET overrides = COALESCE(%s, overrides), "
+                "unjournaled_pico = unjournaled_pico + %s, "
+                "unjournaled_tokens = unjournaled_tokens + %s WHERE run_id = %s",
+                (overrides, pico, tokens, run_id),
+            )
+            for table in ("interrupts", "checkpoints"):
+                conn.execute(f"DELETE FROM {t}.{table} WHERE run_id = %s AND seq > %s",
+                             (run_id, seq))  # fmt: skip
+            if checkpoint is not None:
+                conn.execute(
+                    f"INSERT INTO {t}.checkpoints (run_id, checkpoint_id, seq, body) "
+                    "VALUES (%s, %s, %s, %s) ON CONFLICT (run_id, checkpoint_id) DO UPDATE "
+                    "SET seq = EXCLUDED.seq, body = EXCLUDED.body",
+                    (run_id, checkpoint.checkpoint_id, checkpoint.seq,
+                     checkpoint.model_dump_json()),
+                )  # fmt: skip
+            return True
+
+        return await self._run(f"rewind run {run_id!r}", work, tx=True)
+
+    # -- administration -------------------------------------------------------------------
+
+    async def cancel_run(self, run_id: str) -> RunRecord | None:
+        t = self._t
+
+        def work(conn: Conn) -> tuple[RunRecord | None, bool]:
+            row = conn.execute(
+                f"WITH gone AS (UPDATE {t}.runs SET status = 'cancelled', lease_owner = NULL, "
+                f"lease_expires_at = NULL, version = version + 1, finished_at = {_NOW}, "
+                f"updated_at = {_NOW} WHERE run_id = %(run)s "
+                f"AND status NOT IN ('completed', 'cancelled') RETURNING {_COLS}) "
+                f"SELECT {_COLS}, {self._notify_sql('gone')} IS NULL FROM gone",
+                {"run": run_id, "now": self._now_param()},
+            ).fetchone()
+            if row is not None:
+                return _record(row[:-1]), True
+            return self._fetch(conn, run_id), False
+
+        stored, changed = await self._run(f"cancel run {run_id!r}", work)
+        if changed:
+            self._wakeups.ring()
+        return stored
+
+    async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
+        t = self._t
+
+        def work(conn: Conn) -> RunRecord:
+            source = self._fetch(conn, run_id)
+            if source is None:
+                raise RunNotFoundError(run_id, self.url)
+            row = conn.execute(
+                "SELECT COALESCE(SUM(cost_pico), 0), COALESCE(SUM(tokens), 0) "
+                f"FROM {t}.steps WHERE run_id = %s AND seq <= %s",
+                (run_id, upto_seq),
+            ).fetchone()
+            assert row is not None
+            forked = source.fork_as(new_run_id, cost_pico=int(row[0]), tokens=int(row[1]))
+            conn.execute(f"INSERT INTO {t}.runs ({_COLS}) VALUES ({_VALUES})", _row(forked))
+            others = ", ".join(_STEP_COLUMNS[1:])
+            conn.execute(
+                f"INSERT INTO {t}.steps ({', '.join(_STEP_COLUMNS)}) SELECT %s, {others} "
+                f"FROM {t}.steps WHERE run_id = %s AND seq <= %s",
+                (new_run_id, run_id, upto_seq),
+            )
+            # Answers are not copied: interrupt ids derive from the run id.
+            for cid, seq, body in conn.execute(
+                f"SELECT checkpoint_id, seq, body FROM {t}.checkpoints "
+                "WHERE run_id = %s AND seq <= %s",
+                (run_id, upto_seq),
+            ).fetchall():
+                moved = Checkpoint.model_validate_json(body).model_copy(
+                    update={"run_id": new_run_id}
+                )
+                conn.execute(
+                    f"INSERT INTO {t}.checkpoints (run_id, checkpoint_id, seq, body) "
+                    "VALUES (%s, %s, %s, %s)",
+                    (new_run_id, cid, seq, moved.model_dump_json()),
+                )
+            return forked
+
+        return await self._run(f"fork run {run_id!r}", work, tx=True)
+
+    # -- queues ----------------------------------------------------------------------------
+
+    async def enqueue_run(self, record: RunRecord) -> Claim:
+        t = self._t
+
+        def work(conn: Conn) -> Claim:
+            stored = record.model_copy(
+                update={"status": "queued", "queue": record.queue or "default",
+                        "lease_owner": None, "lease_expires_at": None,
+                        "updated_at": self._now(conn)}
+            )  # fmt: skip
+            created = conn.execute(
+                f"WITH made AS (INSERT INTO {t}.runs ({_COLS}) VALUES ({_VALUES}) "
+                "ON CONFLICT (run_id) DO NOTHING RETURNING run_id) "
+                f"SELECT {self._notify_sql('made')} IS NULL FROM made",
+                _row(stored),
+            ).fetchall()
+            if created:
+                return Claim(acquired=False, created=True, record=stored)
+            existing = self._fetch(conn, record.run_id)
+            if existing is None:  # deleted in between: cannot happen (runs are never deleted)
+                raise StoreError(f"run {record.run_id!r} vanished while being queued")
+            return Claim(acquired=False, created=False, record=existing)
+
+        claim = await self._run(f"queue run {record.run_id!r}", work)
+        if claim.created:
+            self._wakeups.ring()
+        return claim
+
+    async def claim_queued(
+        self,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRecord]:
+        names = list(dict.fromkeys(queues))
+        if limit <= 0 or not names:
+            return []
+        t = self._t
+
+        def work(conn: Conn) -> list[RunRecord]:
+            now = self._now(conn)
+            # Limited queues: their rows are locked for the rest of this transaction, so no
+            # other claimant counts their running runs until these claims are committed.
+            limits = {
+                str(name): int(cap)
+                for name, cap in conn.execute(
+                    f"SELECT name, concurrency FROM {t}.queues WHERE name = ANY(%s::text[]) "
+                    "AND concurrency IS NOT NULL ORDER BY name FOR UPDATE",
+                    (names,),
+                ).fetchall()
+            }
+            room: dict[str, int] = {}
+            if limits:
+                busy: dict[str, int] = {
+                    str(queue): int(count)
+                    for queue, count in conn.execute(
+                        f"SELECT queue, count(*) FROM {t}.runs WHERE queue = ANY(%s::text[]) "
+                        "AND status = 'running' AND lease_expires_at > %s GROUP BY queue",
+                        (list(limits), now),
+                    ).fetchall()
+                }
+                room = {name: max(0, cap - int(busy.get(name, 0))) for name, cap in limits.items()}
+            open_queues = [name for name in names if room.get(name, 1) > 0]
+            skip, taken = list(exclude), list[str]()
+            while open_queues and len(taken) < limit:
+                rows = conn.execute(
+                    f"SELECT run_id, queue FROM {t}.runs WHERE queue = ANY(%(queues)s::text[]) "
+                    "AND status IN ('queued', 'running') AND (status = 'queued' OR "
+                    "lease_expires_at IS NULL OR lease_expires_at <= %(now)s) "
+                    "AND run_id <> ALL(%(skip)s::text[]) "
+                    "ORDER BY priority DESC, created_at, seq LIMIT %(n)s FOR UPDATE SKIP LOCKED",
+                    {"queues": open_queues, "now": now, "skip": skip, "n": limit - len(taken)},
+                ).fetchall()
+                if not rows:
+                    break
+                for run_id, queue in rows:
+                    skip.append(run_id)
+                    if queue not in open_queues or len(taken) == limit:
+                        continue
+                    if queue in room:
+                        room[queue] -= 1
+                        if room[queue] == 0:
+                            open_queues.remove(queue)
+                    taken.append(run_id)
+            if not taken:
+                return []
+            claimed = {
+                record.run_id: record
+                for record in map(
+                    _record,
+                    conn.execute(
+                        f"UPDATE {t}.runs SET status = 'running', attempts = attempts + 1, "
+                        "version = version + 1, started_at = COALESCE(started_at, %(now)s), "
+                        "updated_at = %(now)s, lease_owner = %(owner)s, "
+                        "lease_expires_at = %(expires)s WHERE run_id = ANY(%(ids)s::text[]) "
+                        f"RETURNING {_COLS}",
+                        {"now": now, "owner": owner, "expires": now + lease_seconds,
+                         "ids": taken},
+                    ).fetchall(),
+                )
+            }  # fmt: skip
+            return [claimed[run_id] for run_id in taken]
+
+        return await self._run(f"claim queued runs of {names}", work, tx=True)
+
+    async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
+        if concurrency is not None and (not isinstance(concurrency, int) or concurrency < 0):
+            raise InvalidArgumentError(
+                f"the concurrency of queue {name!r} must be a whole number, 0 or more, or "
+                f"None (no limit); got {concurrency!r}"
+            )
+
+        def work(conn: Conn) -> None:
+            conn.execute(
+                f"INSERT INTO {self._t}.queues (name, concurrency) VALUES (%s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET concurrency = EXCLUDED.concurrency",
+                (name, concurrency),
+            )
+
+        await self._run(f"configure queue {name!r}", work)
+
+    async def queue_concurrency(self, name: str) -> int | None:
+        def work(conn: Conn) -> int | None:
+            row = conn.execute(
+                f"SELECT concurrency FROM {self._t}.queues WHERE name = %s", (name,)
+            ).fetchone()
+            return None if row is None or row[0] is None else int(row[0])
+
+        return await self._run(f"read the limit of queue {name!r}", work)
+
+    async def wait_for_runs(self, timeout: float) -> None:
+        """Return when any process queued, answered for a worker, handed back or ended a run
+        (LISTEN/NOTIFY), or after ``timeout`` seconds; spurious returns are allowed."""
+        self._listen()
+        await self._wakeups.wait(timeout)
+
+    def _listen(self) -> threading.Event:
+        """Start the listener thread once; the event is set while it is LISTENing."""
+        with self._listener_lock:
+            if self._listener is None and not self._stopping.is_set():
+                self._listener = threading.Thread(
+                    target=self._listen_loop, name=f"agency-pg-listen-{self._schema}", daemon=True
+                )
+                self._listener.start()
+        return self._listening
+
+    def _listen_loop(self) -> None:
+        import psycopg
+
+        delay = 0.1
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(self._dsn, **self._connect_kwargs) as conn:
+                    conn.execute(f'LISTEN "{self._channel}"')
+                    self._listening.set()
+                    self._wakeups.ring()  # notifications may have been missed until now
+                    delay = 0.1
+                    while not self._stopping.is_set():
+                        for _ in conn.notifies(timeout=0.2):
+                            self._wakeups.ring()
+            except Exception:  # dropped or refused: waiters poll by timeout meanwhile
+                self._listening.clear()
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 5.0)
+        self._listening.clear()
+
+    # -- memory ----------------------------------------------------------------------------
+
+    async def save_memory(self, record: MemoryRecord) -> bool:
+        t = self._t
+        words = text_tokens(record.content)
+        params = {
+            "id": record.id, "namespace": record.namespace, "content": record.content,
+            "tags": to_json(record.tags).decode(), "tag_set": list(dict.fromkeys(record.tags)),
+            "scope": record.scope, "words": words, "created_at": record.created_at,
+            "expires_at": record.expires_at, "length": len(words),
+        }  # fmt: skip
+        # One statement: the item, and the corpus counts bm25 needs (when it was new).
+        query = (
+            f"WITH saved AS (INSERT INTO {t}.memory_items (id, namespace, content, tags, "
+            "tag_set, scope, words, created_at, expires_at) VALUES (%(id)s, %(namespace)s, "
+            "%(content)s, %(tags)s, %(tag_set)s::text[], %(scope)s, %(words)s::text[], "
+            "%(created_at)s, %(expires_at)s) ON CONFLICT (id) DO NOTHING RETURNING 1), "
+            f"counted AS (UPDATE {t}.memory_corpus SET "
+            "documents = documents + (SELECT count(*) FROM saved), "
+            "length = length + (SELECT count(*) FROM saved) * %(length)s) "
+            "SELECT count(*) FROM saved"
+        )
+
+        def work(conn: Conn) -> bool:
+            row = conn.execute(query, params).fetchone()
+            return row is not None and row[0] == 1
+
+        return await self._run(f"save memory {record.id!r}", work)
+
+    async def recall_memory(
+        self,
+        *,
+        namespace: str,
+        query: str,
+        tags: list[str],
+        scope: str | None,
+        limit: int,
+        now: float,
+    ) -> list[MemoryRecord]:
+        t = self._t
+        terms = query_terms(query)
+        where = "m.namespace = %(ns)s AND (m.expires_at IS NULL OR m.expires_at > %(now)s)"
+        if scope is not None:
+            where += " AND m.scope = %(scope)s"
+        if tags:
+            where += " AND m.tag_set @> %(tags)s::text[]"
+        params = {"ns": namespace, "now": now, "scope": scope, "tags": list(dict.fromkeys(tags)),
+                  "terms": terms, "limit": None if limit < 0 else limit}  # fmt: skip
+
+        def work(conn: Conn) -> list[tuple[Any, ...]]:
+            if terms:
+                # The matching items and, in the same snapshot, what bm25 counts over the
+                # whole corpus (as FTS5 does): documents, words, and documents per term.
+                rows = conn.execute(
+                    f"WITH stats AS (SELECT c.documents, c.length, ARRAY(SELECT (SELECT "
+                    f"count(*) FROM {t}.memory_items h WHERE h.words @> ARRAY[u.term]) "
+                    "FROM unnest(%(terms)s::text[]) WITH ORDINALITY AS u(term, n) "
+                    f"ORDER BY u.n) AS holding FROM {t}.memory_corpus c) "
+                    f"SELECT {_MEMORY_COLUMNS}, m.words, s.documents, s.length, s.holding "
+                    f"FROM {t}.memory_items m CROSS JOIN stats s "
+                    f"WHERE m.words && %(terms)s::text[] AND {where}",
+                    params,
+                ).fetchall()
+                if rows:
+                    return _best(rows, terms, limit)
+            return conn.execute(
+                f"SELECT {_MEMORY_COLUMNS} FROM {t}.memory_items m WHERE {where} "
+                "ORDER BY m.created_at DESC, m.seq DESC LIMIT %(limit)s",
+                params,
+            ).fetchall()
+
+        rows = await self._run("recall memory", work)
+        rows.sort(key=lambda row: (row[5], row[7]), reverse=True)  # newest first, ties by save
+        return [
+            MemoryRecord(
+                id=row[0], namespace=row[1], content=row[2], tags=from_json(row[3]),
+                scope=row[4], created_at=row[5], expires_at=row[6],
+            )
+            for row in rows
+        ]  # fmt: skip
+
+    async def expire_memory(self, namespace: str, ids: list[str], *, at: float) -> int:
+        def work(conn: Conn) -> int:
+            hit = {
+                item
+                for (item,) in conn.execute(
+                    f"UPDATE {self._t}.memory_items SET expires_at = %s "
+                    "WHERE namespace = %s AND id = ANY(%s::text[]) RETURNING id",
+                    (at, namespace, list(ids)),
+                ).fetchall()
+            }
+            return sum(1 for item in ids if item in hit)  # as many as ids named (SQLite's count)
+
+        return await self._run("expire memory", work)
+
+    async def purge_memory(self, *, now: float) -> int:
+        t = self._t
+        query = (
+            f"WITH gone AS (DELETE FROM {t}.memory_items WHERE expires_at IS NOT NULL "
+            "AND expires_at <= %s RETURNING cardinality(words) AS n), "
+            f"counted AS (UPDATE {t}.memory_corpus SET "
+            "documents = documents - (SELECT count(*) FROM gone), "
+            "length = length - (SELECT COALESCE(SUM(n), 0) FROM gone)) "
+            "SELECT count(*) FROM gone"
+        )
+
+        def work(conn: Conn) -> int:
+            row = conn.execute(query, (now,)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return await self._run("purge expired memory", work)
+
+    async def get_document(self, namespace: str, key: str) -> str | None:
+        def work(conn: Conn) -> str | None:
+            row = conn.execute(
+                f"SELECT body FROM {self._t}.documents WHERE namespace = %s AND key = %s",
+                (namespace, key),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(f"read document {namespace}/{key}", work)
+
+    async def put_document(self, namespace: str, key: str, body: str) -> None:
+        def work(conn: Conn) -> None:
+            conn.execute(
+                f"INSERT INTO {self._t}.documents (namespace, key, body) VALUES (%s, %s, %s) "
+                "ON CONFLICT (namespace, key) DO UPDATE SET body = EXCLUDED.body",
+                (namespace, key, body),
+            )
+
+        await self._run(f"write document {namespace}/{key}", work)
+
+    # -- global locks ------------------------------------------------------------------------
+
+    async def enqueue_lock(self, name: str, owner: str, lease_seconds: float) -> int:
+        t = self._t
+
+        def work(conn: Conn) -> int:
+            # Tickets of one name are handed out one transaction at a time, so a ticket is
+            # visible before any later one is (ticket order is arrival order).
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (self._schema, name)
+            )
+            now = self._now(conn)
+            conn.execute(f"DELETE FROM {t}.locks WHERE name = %s AND expires_at <= %s",
+                         (name, now))  # fmt: skip
+            row = conn.execute(
+                f"INSERT INTO {t}.locks (name, owner, expires_at) VALUES (%s, %s, %s) "
+                "RETURNING ticket",
+                (name, owner, now + lease_seconds),
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return await self._run(f"queue for lock {name!r}", work, tx=True)
+
+    async def lock_holder(self, name: str) -> tuple[int, str] | None:
+        def work(conn: Conn) -> tuple[int, str] | None:
+            row = conn.execute(
+                f"SELECT ticket, owner FROM {self._t}.locks WHERE name = %(name)s "
+                f"AND expires_at > {_NOW} ORDER BY ticket LIMIT 1",
+                {"name": name, "now": self._now_param()},
+            ).fetchone()
+            return None if row is None else (int(row[0]), str(row[1]))
+
+        return await self._run(f"read the holder of lock {name!r}", work)
+
+    async def lock_turn(self, name: str, ticket: int, owner: str, lease_seconds: float) -> bool:
+        t = self._t
+
+        def work(conn: Conn) -> bool:
+            now = self._now(conn)
+            renewed = conn.execute(
+                f"UPDATE {t}.locks SET expires_at = %s WHERE ticket = %s AND name = %s "
+                "AND owner = %s",
+                (now + lease_seconds, ticket, name, owner),
+            ).rowcount
+            conn.execute(f"DELETE FROM {t}.locks WHERE name = %s AND expires_at <= %s",
+                         (name, now))  # fmt: skip
+            first = conn.execute(
+                f"SELECT min(ticket) FROM {t}.locks WHERE name = %s", (name,)
+            ).fetchone()
+            return renewed == 1 and first is not None and first[0] == ticket
+
+        return await self._run(f"take a turn at lock {name!r}", work, tx=True)
+
+    async def release_lock(self, name: str, ticket: int) -> None:
+        def work(conn: Conn) -> None:
+            conn.execute(
+                f"DELETE FROM {self._t}.locks WHERE ticket = %s AND name = %s", (ticket, name)
+            )
+
+        await self._run(f"release lock {name!r}", work)
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the listener and close the pool's connections (idempotent); the data stays."""
+        self._stopping.set()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        listener = self._listener
+        if listener is not None and listener is not threading.current_thread():
+            listener.join(timeout=2.0)
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {self._url} schema={self._schema!r}>"
+
+
+def _best(rows: list[tuple[Any, ...]], terms: list[str], limit: int) -> list[tuple[Any, ...]]:
+    """The ``limit`` best bm25 matches of ``rows`` (FTS5's ranking, as ``_rules.Corpus``).
+
+    Each row ends with the item's words, then the corpus's documents, total length and
+    documents holding each term; the same arithmetic as :meth:`Corpus.scores`, so every
+    backend picks the same items. Ties: the newest first (created, then saved).
+    """
+    total, length, holding = int(rows[0][-3]), int(rows[0][-2]), list(rows[0][-1])
+    average = length / total or 1.0
+    weights = {
+        term: max(math.log((total - n + 0.5) / (n + 0.5)), 1e-6)
+        for term, n in zip(terms, holding, strict=True)
+    }
+    scored: list[tuple[float, float, int, tuple[Any, ...]]] = []
+    for row in rows:
+        counts = Counter(row[8])
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * counts.total() / average)
+        score = 0.0
+        for term in terms:
+            count = counts[term]
+            if count:
+                score -= weights[term] * count * (BM25_K1 + 1) / (count + norm)
+        scored.append((score, -row[5], -row[7], row[:8]))
+    scored.sort(key=lambda item: item[:3])
+    chosen = scored if limit < 0 else scored[:limit]
+    return [item[3] for item in chosen]
+
+
+def _error_json(error: ErrorInfo | None) -> str | None:
+    return None if error is None else error.model_dump_json()
+
+
+def _interrupts_json(interrupts: list[Interrupt]) -> str | None:
+    return _INTERRUPTS.dump_json(interrupts).decode() if interrupts else None
+
+
+def _row(record: RunRecord) -> dict[str, Any]:
+    values = record.model_dump()
+    values["error"] = _error_json(record.error)
+    values["interrupts"] = _interrupts_json(record.interrupts)
+    return {column: values[column] for column in _COLUMNS}
+
+
+def _record(row: Sequence[Any]) -> RunRecord:
+    values = dict(zip(_COLUMNS, row, strict=True))
+    run_id = values["run_id"]
+    try:
+        values["error"] = (
+            None if values["error"] is None else ErrorInfo.model_validate_json(values["error"])
+        )
+        values["interrupts"] = (
+            [] if values["interrupts"] is None else _INTERRUPTS.validate_json(values["interrupts"])
+        )
+        return RunRecord.model_validate(values)
+    except ValueError as exc:
+        raise StoreError(f"the stored row of run {run_id!r} is damaged: {exc}") from exc

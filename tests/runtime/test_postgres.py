@@ -1,0 +1,317 @@
+"""What only the PostgreSQL store has to show: several processes on one database.
+
+Fencing of a lost lease inside the step's own statement, two store objects (two
+"processes") on one schema, ``FOR UPDATE SKIP LOCKED`` claims from many threads, queue limits
+across stores, LISTEN/NOTIFY wake-ups, a server that is down, concurrent migrations, exact
+money and recall ranking equal to SQLite's. The generic store tests run on postgres too (the
+``postgres`` entry of ``STORE_BACKENDS``); these use the same server (``AGENCY_TEST_POSTGRES``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import psycopg
+import pytest
+
+from agency_runtime import Store, StoreError, StoreSchemaError, StoreUnavailableError, open_store
+from agency_runtime._clock import Clock
+from agency_runtime._errors import InvalidArgumentError
+from agency_runtime._store import PostgresStore, SqliteStore
+from agency_runtime._types import JournalEntry, RunRecord
+from tests.runtime.test_store_contract import _recall_all
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def store_backend() -> str:
+    """Every store ``make_store`` makes here is a PostgreSQL one (a schema of its own)."""
+    return "postgres"
+
+
+@pytest.fixture
+def make_store(make_store: Callable[..., Store]) -> Iterator[Callable[..., PostgresStore]]:
+    """Plain PostgresStores, each on a fresh schema: the real thread hop, so these tests see
+    concurrent commits block and wait as they do in production (the shared fixture's stores
+    commit inline, see tests/conftest.py)."""
+    made: list[PostgresStore] = []
+
+    def make(*, clock: Clock | None = None) -> PostgresStore:
+        fresh = make_store(clock=clock)
+        assert isinstance(fresh, PostgresStore)
+        real = PostgresStore(os.environ["AGENCY_TEST_POSTGRES"], schema=fresh.schema, clock=clock)
+        made.append(real)
+        return real
+
+    yield make
+    for store in made:
+        store.close()
+
+
+@pytest.fixture
+def dsn(make_store: Callable[..., PostgresStore]) -> str:
+    found = os.environ.get("AGENCY_TEST_POSTGRES")
+    if not found:
+        make_store()  # fails, saying why there is no server
+    assert found
+    return found
+
+
+def _run(run_id: str, **fields: object) -> RunRecord:
+    values: dict[str, object] = {"status": "running", "entry": "m:f", "arguments": "{}"}
+    return RunRecord.model_validate({**values, **fields, "run_id": run_id})
+
+
+def _step(run_id: str, path: str, seq: int, cost_pico: int = 0) -> JournalEntry:
+    return JournalEntry(
+        run_id=run_id, path=path, seq=seq, name="s", callsite="c", result="null",
+        cost_pico=cost_pico, tokens=1, created_at=1.0,
+    )  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_a_step_commit_waits_for_a_takeover_then_writes_nothing(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    store = make_store()
+    assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
+    assert await store.commit_step(_step("r", "one", 1), owner="a")
+    other = psycopg.connect(dsn, autocommit=True)
+    try:
+        other.execute("BEGIN")
+        other.execute(
+            f'UPDATE "{store.schema}".runs SET lease_owner = %s WHERE run_id = %s', ("b", "r")
+        )
+        outcome: list[bool] = []
+
+        async def commit() -> None:
+            outcome.append(await store.commit_step(_step("r", "two", 2), owner="a"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(commit)
+            await anyio.sleep(0.3)
+            assert outcome == []  # blocked on the run's row until the takeover commits
+            await anyio.to_thread.run_sync(other.execute, "COMMIT")
+        assert outcome == [False]
+    finally:
+        other.close()
+    journal = await store.load_journal("r")
+    assert [entry.path for entry in journal.entries] == ["one"]
+    assert not await store.commit_step(_step("r", "three", 3), owner="a")
+
+
+async def test_two_store_objects_on_one_schema_see_each_others_runs(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    first = make_store()
+    second = PostgresStore(dsn, schema=first.schema)
+    try:
+        assert (await first.claim_run(_run("shared"), owner="a", lease_seconds=60)).acquired
+        refused = await second.claim_run(_run("shared"), owner="b", lease_seconds=60)
+        assert not refused.acquired
+        assert refused.record.lease_owner == "a"
+        assert await first.commit_step(_step("shared", "p", 1), owner="a")
+        assert [e.path for e in (await second.load_journal("shared")).entries] == ["p"]
+        assert [r.run_id for r in await second.list_runs()] == ["shared"]
+    finally:
+        second.close()
+
+
+async def test_many_threads_never_claim_one_queued_run_twice(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    store = make_store()
+    for index in range(200):
+        await store.enqueue_run(_run(f"q{index:03}", status="queued", priority=index % 3))
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    async def worker(name: str) -> None:
+        while True:
+            got = await store.claim_queued(queues=["default"], owner=name, lease_seconds=60,
+                                           limit=7)  # fmt: skip
+            if not got:
+                return
+            with lock:
+                claimed.extend(r.run_id for r in got)
+
+    async with anyio.create_task_group() as group:
+        for number in range(4):
+            group.start_soon(worker, f"w{number}")
+    assert len(claimed) == 200
+    assert len(set(claimed)) == 200
+    # every claim is running under exactly one owner, attempts counted once
+    runs = await store.list_runs(limit=1000)
+    assert {r.status for r in runs} == {"running"}
+    assert {r.attempts for r in runs} == {1}
+
+
+async def test_a_queue_limit_holds_across_two_stores(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    first = make_store()
+    second = PostgresStore(dsn, schema=first.schema)
+    try:
+        await first.configure_queue("slow", concurrency=3)
+        assert await second.queue_concurrency("slow") == 3
+        for index in range(20):
+            await first.enqueue_run(_run(f"s{index}", status="queued", queue="slow"))
+        counts: list[int] = []
+
+        async def claim(store: PostgresStore, owner: str) -> None:
+            got = await store.claim_queued(queues=["slow"], owner=owner, lease_seconds=60,
+                                           limit=10)  # fmt: skip
+            counts.append(len(got))
+
+        async with anyio.create_task_group() as group:
+            for number in range(3):
+                group.start_soon(claim, first, f"a{number}")
+                group.start_soon(claim, second, f"b{number}")
+        assert sum(counts) == 3
+        # a finished run frees its place for the next claimant, whichever store asks
+        running = list(await second.list_runs(status="running"))
+        done = running[0].model_copy(update={"status": "completed", "finished_at": 1.0})
+        assert await first.finish_run(done, owner=running[0].lease_owner or "")
+        got = await second.claim_queued(queues=["slow"], owner="c", lease_seconds=60, limit=10)
+        assert len(got) == 1
+    finally:
+        second.close()
+
+
+async def test_notify_wakes_a_waiter_of_another_store_object(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    producer = make_store()
+    waiter = PostgresStore(dsn, schema=producer.schema)
+    try:
+        assert waiter._listen().wait(10), "the listener never started LISTENing"
+        await waiter.wait_for_runs(0.2)  # takes the ring sent when LISTEN began
+        woke: list[float] = []
+
+        async def wait() -> None:
+            start = time.monotonic()
+            await waiter.wait_for_runs(10)
+            woke.append(time.monotonic() - start)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await anyio.sleep(0.1)
+            await producer.enqueue_run(_run("wake", status="queued"))
+        assert woke
+        assert woke[0] < 2.0
+    finally:
+        waiter.close()
+    assert not waiter._listener or not waiter._listener.is_alive()  # close() stops it
+
+
+async def test_a_server_that_is_down_is_unavailable_quickly_without_the_password() -> None:
+    url = f"postgresql://agent:hunter2@127.0.0.1:{_free_port()}/agent"
+    start = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        PostgresStore(url, connect_timeout=2)
+    assert time.monotonic() - start < 10
+    assert isinstance(caught.value.__cause__, psycopg.Error)
+    assert "hunter2" not in str(caught.value)
+    assert "agent:***@127.0.0.1" in str(caught.value)
+
+
+async def test_a_wrong_database_is_unavailable(dsn: str) -> None:
+    wrong = dsn.rsplit("/", 1)[0] + "/no_such_database"
+    with pytest.raises(StoreUnavailableError, match="no_such_database") as caught:
+        PostgresStore(wrong, connect_timeout=2)
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+
+
+async def test_concurrent_openers_migrate_once_and_a_newer_schema_is_refused(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    schema = make_store().schema + "_m"
+    opened: list[PostgresStore] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            opened.append(PostgresStore(dsn, schema=schema))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert errors == []
+        assert len(opened) == 4
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchall()
+            assert rows == [(1,)]
+            conn.execute(f'UPDATE "{schema}".schema_version SET version = 99')
+        with pytest.raises(StoreSchemaError, match="99"):
+            PostgresStore(dsn, schema=schema)
+    finally:
+        for store in opened:
+            store.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+async def test_money_stays_exact_integers(make_store: Callable[..., PostgresStore]) -> None:
+    store = make_store()
+    big = 2**62 + 12345  # pico-dollars: far beyond what a float holds exactly
+    assert (await store.claim_run(_run("m"), owner="a", lease_seconds=60)).acquired
+    assert await store.commit_step(_step("m", "p", 1, cost_pico=big), owner="a")
+    assert (await store.load_journal("m")).entries[0].cost_pico == big
+    done = _run("m", status="completed", cost_pico=big + 1, finished_at=2.0)
+    assert await store.finish_run(done, owner="a", unjournaled=(big, 0))
+    stored = await store.get_run("m")
+    assert stored is not None
+    assert (stored.cost_pico, stored.unjournaled_pico) == (big + 1, big)
+    assert isinstance(stored.cost_pico, int)
+    with pytest.raises(InvalidArgumentError, match="too large"):
+        await store.enqueue_run(_run("huge", status="queued", cost_pico=2**64))
+
+
+async def test_recall_picks_what_sqlite_picks(
+    make_store: Callable[..., PostgresStore], tmp_path: Path
+) -> None:
+    sqlite = SqliteStore(tmp_path / "ref.db")
+    try:
+        assert await _recall_all(make_store()) == await _recall_all(sqlite)
+    finally:
+        sqlite.close()
+
+
+async def test_urls_open_a_postgres_store_in_the_named_schema(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    schema = make_store().schema
+    base = dsn.replace("postgresql://", "postgres://", 1)
+    store = open_store(f"{base}?schema={schema}")
+    assert isinstance(store, PostgresStore)
+    assert store.schema == schema
+    assert store is open_store(f"{dsn}?schema={schema}")  # both schemes name one store
+    with pytest.raises(InvalidArgumentError, match="schema name"):
+        open_store(f"{dsn}?schema=bad-name")
+    with pytest.raises(StoreError):
+        open_store(f"{dsn}?schema={schema}&no_such_libpq_option=1")
+
+
+def test_importing_the_runtime_does_not_import_psycopg() -> None:
+    code = "import sys, agency_runtime; print('psycopg' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
