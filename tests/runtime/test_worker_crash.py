@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from types import ModuleType
 import anyio
 import pytest
 
-from agency_runtime import SqliteStore, agency
+from agency_runtime import SqliteStore, Store, agency, open_store
 from tests.forked import ForkedProcess, ForkServer
 
 pytestmark = [
@@ -79,6 +80,29 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]
     sys.modules.pop("jobs", None)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Store]]:
+    """The store the workers share: a SQLite file, or a schema of the test PostgreSQL server
+    (failing, never skipping, when there is none)."""
+    if request.param == "sqlite":
+        store: Store = SqliteStore(tmp_path / "runs.db")
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+    else:
+        dsn = os.environ.get("AGENCY_TEST_POSTGRES")
+        if not dsn:
+            pytest.fail("no PostgreSQL server for the postgres worker crash tests (see conftest)")
+        schema = f"crash{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        url = f"{dsn}?schema={schema}"
+        store = open_store(url)
+    yield url, store
+    store.close()
+    if request.param == "postgres":
+        import psycopg
+
+        with psycopg.connect(str(dsn), autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def _worker(server: ForkServer, tmp_path: Path, url: str, name: str) -> ForkedProcess:
     return server.start(
         "module",
@@ -114,10 +138,9 @@ def _wait_for_lines(tmp_path: Path, proc: ForkedProcess, count: int) -> None:
 
 
 def test_a_killed_workers_runs_are_finished_by_another_exactly_once(
-    tmp_path: Path, fork_server: ForkServer, app: ModuleType
+    tmp_path: Path, fork_server: ForkServer, app: ModuleType, store_url: tuple[str, Store]
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    store = SqliteStore(tmp_path / "runs.db")
+    url, store = store_url
 
     async def enqueue_all() -> list[str]:
         return [
@@ -162,14 +185,12 @@ def test_a_killed_workers_runs_are_finished_by_another_exactly_once(
             assert [e.name for e in steps] == [f"step-{s}" for s in range(STEPS)]
 
     anyio.run(check_journals)
-    store.close()
 
 
 def test_sigterm_drains_a_worker_and_another_continues_its_runs(
-    tmp_path: Path, fork_server: ForkServer, app: ModuleType
+    tmp_path: Path, fork_server: ForkServer, app: ModuleType, store_url: tuple[str, Store]
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    store = SqliteStore(tmp_path / "runs.db")
+    url, store = store_url
 
     async def enqueue_all() -> list[str]:
         return [
@@ -202,7 +223,6 @@ def test_sigterm_drains_a_worker_and_another_continues_its_runs(
     assert values == [sum(range(STEPS)) * n for n in range(RUNS)]
     executions = Counter((run, step) for run, step, _ in _ledger(tmp_path))
     assert set(executions.values()) == {1}  # a drain re-runs nothing
-    store.close()
 
 
 def test_a_worker_with_a_bad_store_url_says_so(tmp_path: Path, fork_server: ForkServer) -> None:
