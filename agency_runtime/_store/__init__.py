@@ -2,6 +2,7 @@
 
 * :mod:`._protocols` — :class:`RunLog`, :class:`RunQueue`, :class:`LockTable`,
   :class:`MemoryIndex`, :class:`DocumentStore`, and :class:`Store` (all five);
+* :mod:`._rows` — what a stored row means, shared by the SQL stores;
 * :mod:`._wakeups` — wake-ups for whoever waits on runs (workers, ``runs.wait``);
 * :mod:`._rules` — the semantics every backend shares (claims, query words, recall ranking);
 * :mod:`._sqlite` (with its numbered migrations in :mod:`._migrations`) and :mod:`._memory`;

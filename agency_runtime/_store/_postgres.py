@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio.to_thread
-from pydantic import TypeAdapter
 from pydantic_core import from_json, to_json
 
 from .._clock import Clock
@@ -37,8 +36,6 @@ from .._errors import InvalidArgumentError, RunNotFoundError, StoreError, StoreU
 from .._types import (
     Checkpoint,
     Claim,
-    ErrorInfo,
-    Interrupt,
     InterruptAnswer,
     InterruptResponse,
     Journal,
@@ -48,6 +45,8 @@ from .._types import (
     RunStatus,
 )
 from ._pg_schema import SCHEMA_VERSION, channel, migrate, quoted
+from ._rows import STEP_COLUMNS as _STEP_COLUMNS
+from ._rows import error_json, interrupts_json, journal_from_rows, record_from, run_values
 from ._rules import BM25_B, BM25_K1, claim_decision, query_terms, text_tokens
 from ._wakeups import Wakeups
 
@@ -72,14 +71,9 @@ _COLUMNS = (
 )  # fmt: skip
 _COLS = ", ".join(_COLUMNS)
 _VALUES = ", ".join(f"%({c})s" for c in _COLUMNS)
-_STEP_COLUMNS = (
-    "run_id", "path", "seq", "name", "callsite", "result", "locals", "scopes", "deltas",
-    "error", "cost_pico", "tokens", "created_at",
-)  # fmt: skip
 _MEMORY_COLUMNS = "m.id, m.namespace, m.content, m.tags, m.scope, m.created_at, m.expires_at, m.seq"
 _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
 """The time a statement uses: the store's clock (passed as ``now``), else the server's."""
-_INTERRUPTS = TypeAdapter(list[Interrupt])
 _RETRIES = 4
 
 CHECK_IDLE_SECONDS = 5.0
@@ -394,8 +388,8 @@ class PostgresStore:
         t = self._t
         params: dict[str, Any] = {
             "run": record.run_id, "owner": owner, "status": record.status,
-            "value": record.value, "error": _error_json(record.error),
-            "interrupts": _interrupts_json(record.interrupts), "cost": record.cost_pico,
+            "value": record.value, "error": error_json(record.error),
+            "interrupts": interrupts_json(record.interrupts), "cost": record.cost_pico,
             "tokens": record.tokens, "upico": unjournaled[0], "utokens": unjournaled[1],
             "finished": record.finished_at, "now": self._now_param(), "forget": list(forget),
         }  # fmt: skip
@@ -479,28 +473,7 @@ class PostgresStore:
             checkpoints = conn.execute(
                 f"SELECT body FROM {t}.checkpoints WHERE run_id = %s ORDER BY seq", (run_id,)
             ).fetchall()
-            try:
-                return Journal.model_construct(  # the rows are built (or validated) below
-                    entries=[
-                        JournalEntry.from_row(dict(zip(_STEP_COLUMNS, row, strict=True)))
-                        for row in steps
-                    ],
-                    answers=[
-                        InterruptAnswer(
-                            run_id=run_id,
-                            seq=seq,
-                            interrupt=Interrupt.model_validate_json(interrupt),
-                            response=None
-                            if response is None
-                            else InterruptResponse.model_validate_json(response),
-                            answered_at=answered_at,
-                        )
-                        for seq, interrupt, response, answered_at in answers
-                    ],
-                    checkpoints=[Checkpoint.model_validate_json(body) for (body,) in checkpoints],
-                )
-            except ValueError as exc:
-                raise StoreError(f"the journal of run {run_id!r} is damaged: {exc}") from exc
+            return journal_from_rows(run_id, steps, answers, checkpoints)
 
         return await self._run(f"load the journal of run {run_id!r}", work, tx=True)
 
@@ -1113,31 +1086,10 @@ def _best(rows: list[tuple[Any, ...]], terms: list[str], limit: int) -> list[tup
     return [item[3] for item in chosen]
 
 
-def _error_json(error: ErrorInfo | None) -> str | None:
-    return None if error is None else error.model_dump_json()
-
-
-def _interrupts_json(interrupts: list[Interrupt]) -> str | None:
-    return _INTERRUPTS.dump_json(interrupts).decode() if interrupts else None
-
-
 def _row(record: RunRecord) -> dict[str, Any]:
-    values = record.model_dump()
-    values["error"] = _error_json(record.error)
-    values["interrupts"] = _interrupts_json(record.interrupts)
+    values = run_values(record)
     return {column: values[column] for column in _COLUMNS}
 
 
 def _record(row: Sequence[Any]) -> RunRecord:
-    values = dict(zip(_COLUMNS, row, strict=True))
-    run_id = values["run_id"]
-    try:
-        values["error"] = (
-            None if values["error"] is None else ErrorInfo.model_validate_json(values["error"])
-        )
-        values["interrupts"] = (
-            [] if values["interrupts"] is None else _INTERRUPTS.validate_json(values["interrupts"])
-        )
-        return RunRecord.model_validate(values)
-    except ValueError as exc:
-        raise StoreError(f"the stored row of run {run_id!r} is damaged: {exc}") from exc
+    return record_from(dict(zip(_COLUMNS, row, strict=True)))

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import TypeAdapter
 from pydantic_core import from_json, to_json
 
 from .._clock import SYSTEM_CLOCK, Clock
@@ -29,8 +28,6 @@ from .._errors import (
 from .._types import (
     Checkpoint,
     Claim,
-    ErrorInfo,
-    Interrupt,
     InterruptAnswer,
     InterruptResponse,
     Journal,
@@ -40,6 +37,8 @@ from .._types import (
     RunStatus,
 )
 from ._migrations import SCHEMA_VERSION, migrate
+from ._rows import STEP_COLUMNS as _STEP_COLUMNS
+from ._rows import error_json, interrupts_json, journal_from_rows, record_from, run_values
 from ._rules import DEFAULT_QUEUE, claim_decision, query_terms, queued_record
 from ._wakeups import Wakeups
 
@@ -77,27 +76,11 @@ _COLUMNS = (
     "priority",
 )
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
-_STEP_COLUMNS = (
-    "run_id",
-    "path",
-    "seq",
-    "name",
-    "callsite",
-    "result",
-    "locals",
-    "scopes",
-    "deltas",
-    "error",
-    "cost_pico",
-    "tokens",
-    "created_at",
-)
 _HOLDS = "EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND lease_owner = ? AND status = 'running')"
 _INSERT_STEP = (
     f"INSERT INTO steps ({', '.join(_STEP_COLUMNS)}) "
     f"SELECT {', '.join('?' * len(_STEP_COLUMNS))} WHERE {_HOLDS}"
 )
-_INTERRUPTS = TypeAdapter(list[Interrupt])
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -366,8 +349,8 @@ class SqliteStore:
                 (
                     record.status,
                     record.value,
-                    _error_json(record.error),
-                    _interrupts_json(record.interrupts),
+                    error_json(record.error),
+                    interrupts_json(record.interrupts),
                     record.cost_pico,
                     record.tokens,
                     pico,
@@ -429,28 +412,7 @@ class SqliteStore:
             checkpoints = conn.execute(
                 "SELECT body FROM checkpoints WHERE run_id = ? ORDER BY seq", (run_id,)
             ).fetchall()
-        try:
-            return Journal.model_construct(  # the rows are built (or validated) below
-                entries=[
-                    JournalEntry.from_row(dict(zip(_STEP_COLUMNS, row, strict=True)))
-                    for row in steps
-                ],
-                answers=[
-                    InterruptAnswer(
-                        run_id=run_id,
-                        seq=seq,
-                        interrupt=Interrupt.model_validate_json(interrupt),
-                        response=None
-                        if response is None
-                        else InterruptResponse.model_validate_json(response),
-                        answered_at=answered_at,
-                    )
-                    for seq, interrupt, response, answered_at in answers
-                ],
-                checkpoints=[Checkpoint.model_validate_json(body) for (body,) in checkpoints],
-            )
-        except ValueError as exc:
-            raise StoreError(f"the journal of run {run_id!r} is damaged: {exc}") from exc
+        return journal_from_rows(run_id, steps, answers, checkpoints)
 
     async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
         values = (
@@ -915,31 +877,10 @@ class _Refused(Exception):
         self.keys = keys
 
 
-def _error_json(error: ErrorInfo | None) -> str | None:
-    return None if error is None else error.model_dump_json()
-
-
-def _interrupts_json(interrupts: list[Interrupt]) -> str | None:
-    return _INTERRUPTS.dump_json(interrupts).decode() if interrupts else None
-
-
 def _row(record: RunRecord) -> tuple[Any, ...]:
-    values = record.model_dump()
-    values["error"] = _error_json(record.error)
-    values["interrupts"] = _interrupts_json(record.interrupts)
+    values = run_values(record)
     return tuple(values[column] for column in _COLUMNS)
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
-    values = dict(zip(_COLUMNS, row, strict=True))
-    run_id = values["run_id"]
-    try:
-        values["error"] = (
-            None if values["error"] is None else ErrorInfo.model_validate_json(values["error"])
-        )
-        values["interrupts"] = (
-            [] if values["interrupts"] is None else _INTERRUPTS.validate_json(values["interrupts"])
-        )
-        return RunRecord.model_validate(values)
-    except ValueError as exc:
-        raise StoreError(f"the stored row of run {run_id!r} is damaged: {exc}") from exc
+    return record_from(dict(zip(_COLUMNS, row, strict=True)))

@@ -1,0 +1,105 @@
+"""Rows ↔ models, shared by the SQL stores (SQLite, PostgreSQL).
+
+Both keep runs, steps, answers and checkpoints in the same columns, holding the same JSON
+text; only the SQL around them differs. What a stored row means is written here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from .._errors import StoreError
+from .._types import (
+    Checkpoint,
+    ErrorInfo,
+    Interrupt,
+    InterruptAnswer,
+    InterruptResponse,
+    Journal,
+    JournalEntry,
+    RunRecord,
+)
+
+__all__ = [
+    "STEP_COLUMNS",
+    "error_json",
+    "interrupts_json",
+    "journal_from_rows",
+    "record_from",
+    "run_values",
+]
+
+STEP_COLUMNS = (
+    "run_id", "path", "seq", "name", "callsite", "result", "locals", "scopes", "deltas",
+    "error", "cost_pico", "tokens", "created_at",
+)  # fmt: skip
+"""A step row's columns, in the order the stores select them."""
+
+_INTERRUPTS = TypeAdapter(list[Interrupt])
+
+
+def error_json(error: ErrorInfo | None) -> str | None:
+    """The stored form of the error that ended a run (``None`` for none)."""
+    return None if error is None else error.model_dump_json()
+
+
+def interrupts_json(interrupts: list[Interrupt]) -> str | None:
+    """The stored form of a run's pending interrupts (``None`` for none)."""
+    return _INTERRUPTS.dump_json(interrupts).decode() if interrupts else None
+
+
+def run_values(record: RunRecord) -> dict[str, Any]:
+    """Every column of ``record``'s run row, by name."""
+    values = record.model_dump()
+    values["error"] = error_json(record.error)
+    values["interrupts"] = interrupts_json(record.interrupts)
+    return values
+
+
+def record_from(values: Mapping[str, Any]) -> RunRecord:
+    """The run a row holds (``values`` by column name); a damaged row is a StoreError."""
+    data = dict(values)
+    try:
+        data["error"] = (
+            None if data["error"] is None else ErrorInfo.model_validate_json(data["error"])
+        )
+        data["interrupts"] = (
+            [] if data["interrupts"] is None else _INTERRUPTS.validate_json(data["interrupts"])
+        )
+        return RunRecord.model_validate(data)
+    except ValueError as exc:
+        raise StoreError(f"the stored row of run {data['run_id']!r} is damaged: {exc}") from exc
+
+
+def journal_from_rows(
+    run_id: str,
+    steps: Iterable[Sequence[Any]],
+    answers: Iterable[Sequence[Any]],
+    checkpoints: Iterable[Sequence[Any]],
+) -> Journal:
+    """A run's journal from its rows: steps (:data:`STEP_COLUMNS`), answers (seq, interrupt,
+    response, answered_at) and checkpoints (body), each in journal order."""
+    try:
+        return Journal.model_construct(  # the rows are built (or validated) below
+            entries=[
+                JournalEntry.from_row(dict(zip(STEP_COLUMNS, row, strict=True))) for row in steps
+            ],
+            answers=[
+                InterruptAnswer(
+                    run_id=run_id,
+                    seq=seq,
+                    interrupt=Interrupt.model_validate_json(interrupt),
+                    response=None
+                    if response is None
+                    else InterruptResponse.model_validate_json(response),
+                    answered_at=answered_at,
+                )
+                for seq, interrupt, response, answered_at in answers
+            ],
+            checkpoints=[Checkpoint.model_validate_json(body) for (body,) in checkpoints],
+        )
+    except ValueError as exc:
+        raise StoreError(f"the journal of run {run_id!r} is damaged: {exc}") from exc
