@@ -22,11 +22,21 @@ import anyio
 import psycopg
 import pytest
 
-from agency_runtime import Store, StoreError, StoreSchemaError, StoreUnavailableError, open_store
+from agency_runtime import (
+    ResumableScope,
+    Store,
+    StoreError,
+    StoreSchemaError,
+    StoreUnavailableError,
+    Worker,
+    agency,
+    open_store,
+)
 from agency_runtime._clock import Clock
 from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
 from agency_runtime._types import JournalEntry, RunRecord
+from tests import pg_cluster
 from tests.runtime.test_store_contract import _recall_all
 
 pytestmark = pytest.mark.anyio
@@ -315,3 +325,49 @@ def test_importing_the_runtime_does_not_import_psycopg() -> None:
     code = "import sys, agency_runtime; print('psycopg' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+RESTART_GATE: dict[str, threading.Event] = {}
+
+
+@agency.entry(name="test_postgres.across_a_restart")
+async def across_a_restart(n: int) -> int:
+    async def body(s: ResumableScope) -> int:
+        first = await s.step(lambda: n, name="before")
+        await anyio.to_thread.run_sync(RESTART_GATE["go"].wait, 30)  # the server restarts here
+        return first + await s.step(lambda: 1, name="after")
+
+    return await agency.with_resumable_scope("work", body)
+
+
+@pytest.mark.slow
+async def test_a_server_restart_mid_run_loses_nothing_and_strands_nothing() -> None:
+    """A worker's server restarts (every connection cut) while runs are in flight: each run
+    is handed back or retried, and every run completes once the server is back."""
+    RESTART_GATE["go"] = threading.Event()
+    cluster = await anyio.to_thread.run_sync(pg_cluster.start)
+    store = PostgresStore(cluster.dsn, schema="restart", connect_timeout=5)
+    try:
+        ids = [
+            await agency.enqueue(across_a_restart, n, run_id=f"r{n}", store=store) for n in range(3)
+        ]
+        worker = Worker(store, concurrency=3, poll=0.05, lease=2)
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.run)
+            with anyio.fail_after(30):
+                while len(worker.running) < 3:
+                    await anyio.sleep(0.01)
+            await anyio.to_thread.run_sync(pg_cluster.restart, cluster)
+            RESTART_GATE["go"].set()  # the runs go on: their next commit meets the restart
+            results = [await agency.runs.wait(i, store=store, timeout=60) for i in ids]
+            await worker.drain()
+        assert [(r.status, r.value) for r in results] == [("completed", n + 1) for n in range(3)]
+        for run_id in ids:
+            record = await store.get_run(run_id)
+            assert record is not None
+            assert (record.status, record.lease_owner) == ("completed", None)
+            steps = [e.name for e in (await store.load_journal(run_id)).entries]
+            assert steps == ["before", "after"]
+    finally:
+        store.close()
+        await anyio.to_thread.run_sync(pg_cluster.stop, cluster.directory)
