@@ -37,6 +37,7 @@ from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
 from agency_runtime._types import JournalEntry, RunRecord
 from tests import pg_cluster
+from tests.support import wait_for
 from tests.runtime.test_store_contract import _recall_all
 
 pytestmark = pytest.mark.anyio
@@ -354,9 +355,7 @@ async def test_a_server_restart_mid_run_loses_nothing_and_strands_nothing() -> N
         worker = Worker(store, concurrency=3, poll=0.05, lease=2)
         async with anyio.create_task_group() as group:
             group.start_soon(worker.run)
-            with anyio.fail_after(30):
-                while len(worker.running) < 3:
-                    await anyio.sleep(0.01)
+            await wait_for(lambda: len(worker.running) == 3, timeout=30)
             await anyio.to_thread.run_sync(pg_cluster.restart, cluster)
             RESTART_GATE["go"].set()  # the runs go on: their next commit meets the restart
             results = [await agency.runs.wait(i, store=store, timeout=60) for i in ids]
