@@ -270,6 +270,13 @@ class PostgresStore:
                         f"{self._scrub(str(exc).strip())} (after {_RETRIES} attempts)"
                     ) from exc
                 time.sleep(0.005 * 2**attempt)
+            except (psycopg.errors.AdminShutdown, psycopg.errors.CannotConnectNow) as exc:
+                # The server ended this connection (a restart, a failover) before the
+                # statement ran, or is starting up: nothing was written, so try again on
+                # another connection (the pool drops the broken one).
+                if attempt + 1 == _RETRIES:
+                    raise self._mapped(what, exc) from exc
+                time.sleep(0.05 * 2**attempt)
             except psycopg.Error as exc:
                 raise self._mapped(what, exc) from exc
             except UnicodeEncodeError as exc:

@@ -37,8 +37,8 @@ from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
 from agency_runtime._types import JournalEntry, RunRecord
 from tests import pg_cluster
-from tests.support import wait_for
 from tests.runtime.test_store_contract import _recall_all
+from tests.support import wait_for
 
 pytestmark = pytest.mark.anyio
 
