@@ -21,7 +21,7 @@ from .._errors import InvalidArgumentError, RunWaitTimeoutError
 from .._store import RunRecord, Store
 from .._types import RunResult
 from ._resume import get_record
-from ._run import check_run_id, check_same_inputs, result_from_record
+from ._run import check_model, check_run_id, check_same_inputs, stored_result
 from ._runtime import RUNTIME
 
 __all__ = ["QueuesNamespace", "check_queue", "enqueue", "wait"]
@@ -46,14 +46,6 @@ def check_queue(queue: object) -> str:
             f"characters, like 'default' or 'emails', got {queue!r:.80}"
         )
     return queue
-
-
-def _check_model(model: object) -> str | None:
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise InvalidArgumentError(
-            f"model must be a non-empty string like 'openai/gpt-4o-mini', got {model!r}"
-        )
-    return model
 
 
 async def enqueue(
@@ -81,7 +73,7 @@ async def enqueue(
     queue = check_queue(queue)
     if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**63:
         raise InvalidArgumentError(f"priority must be a whole number, got {priority!r}")
-    model = _check_model(model)
+    model = check_model(model)
     store_ = RUNTIME.stores.resolve(store)
     ref = RUNTIME.entries.entry_ref(entry)
     arguments = encode_arguments(args, kwargs)
@@ -124,7 +116,7 @@ async def wait(
     while True:
         record = await get_record(store_, run_id)
         if record.status not in ("queued", "running"):
-            return result_from_record(record, RUNTIME.entries.known(run_id, record.entry))
+            return stored_result(record)
         pause = WAIT_POLL_SECONDS
         if deadline is not None:
             left = deadline - anyio.current_time()

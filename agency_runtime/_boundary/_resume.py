@@ -18,7 +18,7 @@ from .._errors import (
 from .._interrupts import HandlerDecision
 from .._store import RunRecord, Store
 from .._types import Interrupt, InterruptResponse, RunResult
-from ._run import drive, result_from_record
+from ._run import drive, stored_result
 from ._runtime import RUNTIME
 
 __all__ = ["get_record", "respond_to_interrupts", "resume"]
@@ -65,8 +65,7 @@ async def resume(run_id: str, *, store: str | Store | None = None) -> RunResult:
     store_ = RUNTIME.stores.resolve(store)
     record = await get_record(store_, run_id)
     if record.is_final:
-        entry: Any = RUNTIME.entries.known(record.run_id, record.entry)
-        return result_from_record(record, entry)
+        return stored_result(record)
     return await _continue(store_, record)
 
 
@@ -172,8 +171,7 @@ async def respond_to_interrupts(
             f"(unknown, or answered already); pending: {pending}. Nothing was stored."
         )
     if enqueue:
-        queued = await get_record(store_, run_id)
-        return result_from_record(queued, RUNTIME.entries.known(run_id, queued.entry))
+        return stored_result(await get_record(store_, run_id))
     return await _continue(store_, record)
 
 

@@ -59,6 +59,7 @@ from ._runtime import RUNTIME
 
 __all__ = [
     "LEASE_SECONDS",
+    "check_model",
     "check_run_id",
     "check_same_inputs",
     "drive",
@@ -66,6 +67,7 @@ __all__ = [
     "result_from_record",
     "run",
     "run_sync",
+    "stored_result",
 ]
 
 logger = logging.getLogger("agency_runtime.run")
@@ -102,8 +104,23 @@ def check_same_inputs(
         raise RunConflictError(stored.run_id, differences)
 
 
+def check_model(model: object) -> str | None:
+    """``model`` when it is ``None`` or a usable model name; else an InvalidArgumentError."""
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise InvalidArgumentError(
+            f"model must be a non-empty string like 'openai/gpt-4o-mini', got {model!r}"
+        )
+    return model
+
+
 def _when(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, UTC)
+
+
+def stored_result(record: RunRecord) -> RunResult:
+    """The stored outcome of a run, its value revived into the entry's return type when this
+    process knows the entry already (nothing is imported for it)."""
+    return result_from_record(record, RUNTIME.entries.known(record.run_id, record.entry))
 
 
 def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> RunResult:
@@ -154,11 +171,7 @@ async def run(
     store_ = RUNTIME.stores.resolve(store)
     ref = RUNTIME.entries.entry_ref(entry)
     arguments = encode_arguments(args, kwargs)
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise InvalidArgumentError(
-            f"model must be a non-empty string like 'openai/gpt-4o-mini', got {model!r}"
-        )
-
+    check_model(model)
     stored = await store_.get_run(run_id)
     if stored is not None:
         check_same_inputs(stored, ref, arguments, location_ref(entry))

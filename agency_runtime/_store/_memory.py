@@ -19,7 +19,14 @@ from .._types import (
     RunRecord,
     RunStatus,
 )
-from ._rules import DEFAULT_QUEUE, Corpus, claim_decision, query_terms, queued_record
+from ._rules import (
+    DEFAULT_QUEUE,
+    Corpus,
+    claim_decision,
+    pick_claims,
+    query_terms,
+    queued_record,
+)
 from ._wakeups import Wakeups
 
 __all__ = ["MemoryStore"]
@@ -341,13 +348,8 @@ class MemoryStore:
                     runnable.append((position, run))
             runnable.sort(key=lambda pair: (-pair[1].priority, pair[1].created_at, pair[0]))
             claimed: list[RunRecord] = []
-            for _, run in runnable:
-                if len(claimed) == limit:
-                    break
-                if run.queue in room:
-                    if room[run.queue] <= 0:
-                        continue
-                    room[run.queue] -= 1
+            for run_id in pick_claims(((r.run_id, r.queue) for _, r in runnable), room, limit):
+                run = self._runs[run_id]
                 run.status, run.attempts, run.version = "running", run.attempts + 1, run.version + 1
                 run.started_at = run.started_at if run.started_at is not None else now
                 run.updated_at, run.lease_owner = now, owner

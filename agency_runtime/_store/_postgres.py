@@ -47,7 +47,7 @@ from .._types import (
 from ._pg_schema import SCHEMA_VERSION, channel, migrate, quoted
 from ._rows import STEP_COLUMNS as _STEP_COLUMNS
 from ._rows import error_json, interrupts_json, journal_from_rows, record_from, run_values
-from ._rules import BM25_B, BM25_K1, claim_decision, query_terms, text_tokens
+from ._rules import BM25_B, BM25_K1, claim_decision, pick_claims, query_terms, text_tokens
 from ._wakeups import Wakeups
 
 if TYPE_CHECKING:
@@ -764,15 +764,9 @@ class PostgresStore:
                 ).fetchall()
                 if not rows:
                     break
-                for run_id, queue in rows:
-                    skip.append(run_id)
-                    if queue not in open_queues or len(taken) == limit:
-                        continue
-                    if queue in room:
-                        room[queue] -= 1
-                        if room[queue] == 0:
-                            open_queues.remove(queue)
-                    taken.append(run_id)
+                skip.extend(run_id for run_id, _ in rows)
+                taken += pick_claims(rows, room, limit - len(taken))
+                open_queues = [name for name in open_queues if room.get(name, 1) > 0]
             if not taken:
                 return []
             claimed = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from .._types import RunRecord
 
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_QUEUE",
     "Corpus",
     "claim_decision",
+    "pick_claims",
     "query_terms",
     "queued_record",
     "text_tokens",
@@ -154,3 +155,24 @@ def queued_record(record: RunRecord, now: float) -> RunRecord:
             "updated_at": now,
         }
     )
+
+
+def pick_claims(
+    candidates: Iterable[tuple[str, str | None]], room: dict[str, int], limit: int
+) -> list[str]:
+    """Which runnable runs a claimant takes: at most ``limit`` of ``candidates`` ((run id,
+    queue) in claim order), none from a queue with no room left.
+
+    ``room`` holds the free slots of each limited queue (its limit minus its live running
+    runs); queues without a limit are absent. Shared by every store so their claims agree.
+    """
+    chosen: list[str] = []
+    for run_id, queue in candidates:
+        if len(chosen) == limit:
+            break
+        if queue in room:
+            if room[queue] <= 0:
+                continue
+            room[queue] -= 1
+        chosen.append(run_id)
+    return chosen

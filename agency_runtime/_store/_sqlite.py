@@ -39,7 +39,7 @@ from .._types import (
 from ._migrations import SCHEMA_VERSION, migrate
 from ._rows import STEP_COLUMNS as _STEP_COLUMNS
 from ._rows import error_json, interrupts_json, journal_from_rows, record_from, run_values
-from ._rules import DEFAULT_QUEUE, claim_decision, query_terms, queued_record
+from ._rules import DEFAULT_QUEUE, claim_decision, pick_claims, query_terms, queued_record
 from ._wakeups import Wakeups
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
@@ -641,17 +641,8 @@ class SqliteStore:
                 + "ORDER BY priority DESC, created_at, rowid",
                 (*queues, now, *exclude),
             )
-            chosen: list[str] = []
-            for run_id, queue in candidates:
-                if len(chosen) == limit:
-                    break
-                if queue in room:
-                    if room[queue] <= 0:
-                        continue
-                    room[queue] -= 1
-                chosen.append(run_id)
             claimed: list[RunRecord] = []
-            for run_id in chosen:
+            for run_id in pick_claims(candidates, room, limit):
                 conn.execute(
                     "UPDATE runs SET status = 'running', attempts = attempts + 1, "
                     "version = version + 1, started_at = COALESCE(started_at, ?), "
