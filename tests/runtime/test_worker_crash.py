@@ -137,17 +137,31 @@ def _wait_for_lines(tmp_path: Path, proc: ForkedProcess, count: int) -> None:
         time.sleep(0.005)  # a short, bounded poll of another process's file
 
 
-def test_a_killed_workers_runs_are_finished_by_another_exactly_once(
-    tmp_path: Path, fork_server: ForkServer, app: ModuleType, store_url: tuple[str, Store]
-) -> None:
-    url, store = store_url
+def _enqueue_jobs(app: ModuleType, store: Store) -> list[str]:
+    """Queue ``RUNS`` jobs (``job-0`` …); their run ids."""
 
     async def enqueue_all() -> list[str]:
         return [
             await agency.enqueue(app.job, n, run_id=f"job-{n}", store=store) for n in range(RUNS)
         ]
 
-    ids = anyio.run(enqueue_all)
+    return anyio.run(enqueue_all)
+
+
+def _values_when_done(ids: list[str], store: Store) -> list[object]:
+    """The runs' values, once each has an outcome (bounded by ``DEADLINE``)."""
+
+    async def wait_all() -> list[object]:
+        return [(await agency.runs.wait(i, store=store, timeout=DEADLINE)).value for i in ids]
+
+    return anyio.run(wait_all)
+
+
+def test_a_killed_workers_runs_are_finished_by_another_exactly_once(
+    tmp_path: Path, fork_server: ForkServer, app: ModuleType, store_url: tuple[str, Store]
+) -> None:
+    url, store = store_url
+    ids = _enqueue_jobs(app, store)
     first = _worker(fork_server, tmp_path, url, "first")
     _wait_for_lines(tmp_path, first, 10)
     first.kill()
@@ -156,12 +170,8 @@ def test_a_killed_workers_runs_are_finished_by_another_exactly_once(
     assert len(killed) == 1
 
     second = _worker(fork_server, tmp_path, url, "second")
-
-    async def wait_all() -> list[object]:
-        return [(await agency.runs.wait(i, store=store, timeout=DEADLINE)).value for i in ids]
-
     try:
-        values = anyio.run(wait_all)
+        values = _values_when_done(ids, store)
     finally:
         os.kill(second.pid, signal.SIGTERM)
     _, err = second.communicate(timeout=DEADLINE)
@@ -191,13 +201,7 @@ def test_sigterm_drains_a_worker_and_another_continues_its_runs(
     tmp_path: Path, fork_server: ForkServer, app: ModuleType, store_url: tuple[str, Store]
 ) -> None:
     url, store = store_url
-
-    async def enqueue_all() -> list[str]:
-        return [
-            await agency.enqueue(app.job, n, run_id=f"job-{n}", store=store) for n in range(RUNS)
-        ]
-
-    ids = anyio.run(enqueue_all)
+    ids = _enqueue_jobs(app, store)
     first = _worker(fork_server, tmp_path, url, "first")
     _wait_for_lines(tmp_path, first, 6)
     os.kill(first.pid, signal.SIGTERM)
@@ -211,12 +215,8 @@ def test_sigterm_drains_a_worker_and_another_continues_its_runs(
 
     assert anyio.run(nothing_held) == []  # every lease released at once
     second = _worker(fork_server, tmp_path, url, "second")
-
-    async def wait_all() -> list[object]:
-        return [(await agency.runs.wait(i, store=store, timeout=DEADLINE)).value for i in ids]
-
     try:
-        values = anyio.run(wait_all)
+        values = _values_when_done(ids, store)
     finally:
         os.kill(second.pid, signal.SIGTERM)
         second.communicate(timeout=DEADLINE)
