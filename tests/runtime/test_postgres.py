@@ -89,6 +89,13 @@ def _step(run_id: str, path: str, seq: int, cost_pico: int = 0) -> JournalEntry:
     )  # fmt: skip
 
 
+def _lock_waits(dsn: str) -> int:
+    """How many statements on the server wait for a lock now."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -114,7 +121,7 @@ async def test_a_step_commit_waits_for_a_takeover_then_writes_nothing(
 
         async with anyio.create_task_group() as group:
             group.start_soon(commit)
-            await anyio.sleep(0.3)
+            await wait_for(lambda: _lock_waits(dsn) > 0, timeout=10)
             assert outcome == []  # blocked on the run's row until the takeover commits
             await anyio.to_thread.run_sync(other.execute, "COMMIT")
         assert outcome == [False]
@@ -220,7 +227,7 @@ async def test_notify_wakes_a_waiter_of_another_store_object(
 
         async with anyio.create_task_group() as group:
             group.start_soon(wait)
-            await anyio.sleep(0.1)
+            await anyio.wait_all_tasks_blocked()  # the waiter waits for a ring
             await producer.enqueue_run(_run("wake", status="queued"))
         assert woke
         assert woke[0] < 2.0
