@@ -23,6 +23,9 @@ Tree::
     │   └── JournalCorruptError
     ├── RunNotFoundError (also LookupError)
     ├── RunWaitTimeoutError (also TimeoutError)
+    ├── RunFinishedError
+    ├── EventTimeoutError (also TimeoutError)
+    ├── ScheduleNotFoundError (also LookupError)
     ├── RunConflictError
     ├── EntryImportError
     │   └── EntryNotAllowedError
@@ -46,6 +49,7 @@ Tree::
     RunPaused (BaseException)
     RestoreSignal (BaseException)
     RunHandedBack (BaseException)
+    RunParked (BaseException)
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ __all__ = [
     "EntryNotAllowedError",
     "ErrorKind",
     "EventLoopRunningError",
+    "EventTimeoutError",
     "GuardApproveError",
     "GuardExceededError",
     "HandlerRecursionError",
@@ -82,12 +87,15 @@ __all__ = [
     "ResultSerializationError",
     "RunConflictError",
     "RunFailedError",
+    "RunFinishedError",
     "RunHandedBack",
     "RunInterruptedError",
     "RunNotFoundError",
+    "RunParked",
     "RunPaused",
     "RunPausedError",
     "RunWaitTimeoutError",
+    "ScheduleNotFoundError",
     "StepResultError",
     "StoreError",
     "StoreSchemaError",
@@ -176,6 +184,43 @@ class RunWaitTimeoutError(AgencyError, TimeoutError):
             f"run {run_id!r} is still {status} after {timeout:g} s; is a worker serving its "
             "queue (`agency worker --store URL --queue NAME`)? Wait longer, or look at it "
             "with `agency runs show ID`"
+        )
+
+
+class RunFinishedError(AgencyError):
+    """An event was sent to a run that is completed or cancelled: nothing will ever take it."""
+
+    def __init__(self, run_id: str, status: str, event: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.event = event
+        super().__init__(
+            f"cannot send event {event!r} to run {run_id!r}: the run is {status}, so no wait "
+            "will ever take it. Send it to a run that is still going, or start a new run"
+        )
+
+
+class EventTimeoutError(AgencyError, TimeoutError):
+    """``agency.wait_for_event`` gave up: no event of that name came within its timeout."""
+
+    def __init__(self, name: str, timeout: float, run_id: str | None = None) -> None:
+        self.name = name
+        self.timeout = timeout
+        self.run_id = run_id
+        super().__init__(
+            f"no event {name!r} came to run {run_id!r} within {timeout:g} s; send one with "
+            f"`agency.runs.send(run_id, {name!r}, payload)`, or wait with a longer timeout"
+        )
+
+
+class ScheduleNotFoundError(AgencyError, LookupError):
+    """No schedule with the given name exists in the store."""
+
+    def __init__(self, name: str, store: str | None = None) -> None:
+        self.name = name
+        where = f" in store {store}" if store else ""
+        super().__init__(
+            f"no schedule named {name!r}{where}; list them with `agency.schedules.list()`"
         )
 
 
@@ -382,6 +427,19 @@ class RunPaused(BaseException):
 
 class RunHandedBack(BaseException):
     """Signal: a draining worker hands the run back to its queue after the step it committed."""
+
+
+class RunParked(BaseException):
+    """Signal: a worker's run parks in a long wait; the run boundary stores it ``waiting``.
+
+    ``wake_at`` is when a worker continues it (``None``: only an event wakes it);
+    ``events`` names the events that wake it earlier.
+    """
+
+    def __init__(self, wake_at: float | None, events: tuple[str, ...] = ()) -> None:
+        self.wake_at = wake_at
+        self.events = events
+        super().__init__(f"run parked until {wake_at!r} or an event of {list(events)!r}")
 
 
 class RestoreSignal(BaseException):

@@ -13,7 +13,7 @@ written. Rewinding to a checkpoint deletes every event after the checkpoint's po
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,16 +31,19 @@ __all__ = [
     "Journal",
     "JournalEntry",
     "MemoryRecord",
+    "RunEvent",
     "RunRecord",
     "RunResult",
     "RunStatus",
+    "Schedule",
 ]
 
-RunStatus = Literal["queued", "running", "completed", "paused", "failed", "cancelled"]
+RunStatus = Literal["queued", "running", "waiting", "completed", "paused", "failed", "cancelled"]
 """A run's state. ``completed`` and ``cancelled`` are final; the others can continue.
 
 ``queued``: waiting for a worker (``agency.enqueue``, an answer given with ``enqueue=True``,
-or handed back by a draining worker)."""
+or handed back by a draining worker). ``waiting``: parked by a worker in ``agency.sleep`` or
+``agency.wait_for_event``; a worker continues it at ``wake_at`` or when the event comes."""
 
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "cancelled"})
 
@@ -105,6 +108,11 @@ class RunResult(BaseModel):
     replayed: bool = Field(
         default=False,
         description="True when this result was read from the store instead of executed now.",
+    )
+    wake_at: datetime | None = Field(
+        default=None,
+        description="When a waiting run (parked in agency.sleep or agency.wait_for_event) "
+        "is due to continue; None for other runs and for a wait without a timeout.",
     )
     exception: BaseException | None = Field(default=None, exclude=True, repr=False)
 
@@ -289,6 +297,14 @@ class RunRecord(BaseModel):
         description="The queue whose workers run it (None: only agency.run/resume do).",
     )
     priority: int = Field(default=0, description="Within its queue, higher runs first.")
+    wake_at: float | None = Field(
+        default=None,
+        description="A waiting run: when a worker continues it (None: only an event wakes it).",
+    )
+    waiting_for: list[str] = Field(
+        default_factory=list,
+        description="A waiting run: the names of the events that wake it before wake_at.",
+    )
     lease_owner: str | None = None
     lease_expires_at: float | None = None
     created_at: float = Field(default_factory=time.time)
@@ -320,6 +336,8 @@ class RunRecord(BaseModel):
                 "interrupts": [],
                 "attempts": 0,
                 "version": 1,
+                "wake_at": None,
+                "waiting_for": [],
                 "lease_owner": None,
                 "lease_expires_at": None,
                 "created_at": now,
@@ -347,3 +365,52 @@ class Claim(BaseModel):
     acquired: bool = Field(description="True when the caller now holds the run's lease.")
     created: bool = Field(description="True when the run did not exist before this claim.")
     record: RunRecord = Field(description="The run as it is after the claim.")
+
+
+class RunEvent(BaseModel):
+    """An event sent to a run (``agency.runs.send``), buffered until a wait takes it."""
+
+    model_config = ConfigDict()
+
+    event_id: int = Field(description="Increasing in the order events were sent (per store).")
+    run_id: str
+    name: str
+    payload: str = Field(description="The JSON of the payload sent.")
+    sent_at: float
+    taken_by: str | None = Field(
+        default=None,
+        description="The journal path of the wait that took it (None: not taken yet).",
+    )
+
+
+class Schedule(BaseModel):
+    """A schedule (``agency.schedules.add``): starts ``entry`` at every occurrence.
+
+    Exactly one of ``cron`` and ``every`` is set. Occurrence runs are queued in ``queue``
+    with the run id ``"{name}@{ISO time}"``; ``next_at`` is the next occurrence not started.
+    """
+
+    model_config = ConfigDict()
+
+    name: str
+    entry: str = Field(description="The entry, as 'module:qualname' or its declared name.")
+    arguments: str = Field(description='The JSON {"args": [...], "kwargs": {...}} given.')
+    cron: str | None = Field(default=None, description="A cron expression (croniter's).")
+    every: float | None = Field(
+        default=None, description="Seconds between occurrences, counted from the epoch."
+    )
+    timezone: str = Field(default="UTC", description="The time zone cron fields are read in.")
+    queue: str = "default"
+    next_at: float = Field(description="Seconds since the epoch of the next occurrence.")
+    created_at: float = Field(default_factory=time.time)
+    updated_at: float = Field(default_factory=time.time)
+
+    @property
+    def next_time(self) -> datetime:
+        """:attr:`next_at` as an aware UTC datetime."""
+        return datetime.fromtimestamp(self.next_at, UTC)
+
+    def same_plan(self, other: Schedule) -> bool:
+        """Whether ``other`` starts the same entry, with the same arguments, at the same times."""
+        keys = ("entry", "arguments", "cron", "every", "timezone", "queue")
+        return all(getattr(self, key) == getattr(other, key) for key in keys)

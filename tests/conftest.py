@@ -177,7 +177,7 @@ _free_schemas: list[str] = []
 """Schemas of postgres test stores that were closed: the next test store reuses one."""
 _admin: list[Any] = []
 _TABLES = ("runs", "queues", "steps", "interrupts", "checkpoints", "locks", "memory_items",
-           "documents")  # fmt: skip
+           "documents", "events", "schedules")  # fmt: skip
 
 
 def _empty_schema(dsn: str, schema: str) -> None:

@@ -1,7 +1,8 @@
-"""Durable storage: five narrow protocols, their union :class:`Store`, and the backends.
+"""Durable storage: seven narrow protocols, their union :class:`Store`, and the backends.
 
-* :mod:`._protocols` — :class:`RunLog`, :class:`RunQueue`, :class:`LockTable`,
-  :class:`MemoryIndex`, :class:`DocumentStore`, and :class:`Store` (all five);
+* :mod:`._protocols` — :class:`RunLog`, :class:`RunQueue`, :class:`EventLog`,
+  :class:`ScheduleTable`, :class:`LockTable`, :class:`MemoryIndex`, :class:`DocumentStore`,
+  and :class:`Store` (all seven);
 * :mod:`._rows` — what a stored row means, shared by the SQL stores;
 * :mod:`._wakeups` — wake-ups for whoever waits on runs (workers, ``runs.wait``);
 * :mod:`._rules` — the semantics every backend shares (claims, query words, recall ranking);
@@ -12,7 +13,16 @@
 from .._types import Claim, RunRecord
 from ._memory import MemoryStore
 from ._postgres import PostgresStore
-from ._protocols import DocumentStore, LockTable, MemoryIndex, RunLog, RunQueue, Store
+from ._protocols import (
+    DocumentStore,
+    EventLog,
+    LockTable,
+    MemoryIndex,
+    RunLog,
+    RunQueue,
+    ScheduleTable,
+    Store,
+)
 from ._sqlite import SCHEMA_VERSION, SqliteStore
 from ._url import DEFAULT_STORE_URL, open_store, resolve_store
 
@@ -21,6 +31,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Claim",
     "DocumentStore",
+    "EventLog",
     "LockTable",
     "MemoryIndex",
     "MemoryStore",
@@ -28,6 +39,7 @@ __all__ = [
     "RunLog",
     "RunQueue",
     "RunRecord",
+    "ScheduleTable",
     "SqliteStore",
     "Store",
     "open_store",

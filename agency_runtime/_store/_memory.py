@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from .._clock import SYSTEM_CLOCK, Clock
-from .._errors import RunNotFoundError
+from .._errors import RunFinishedError, RunNotFoundError
 from .._types import (
     Checkpoint,
     Claim,
@@ -16,8 +16,10 @@ from .._types import (
     Journal,
     JournalEntry,
     MemoryRecord,
+    RunEvent,
     RunRecord,
     RunStatus,
+    Schedule,
 )
 from ._rules import (
     DEFAULT_QUEUE,
@@ -50,6 +52,8 @@ class MemoryStore:
         self._answers: dict[str, dict[str, InterruptAnswer]] = {}
         self._checkpoints: dict[str, dict[str, Checkpoint]] = {}
         self._queues: dict[str, int | None] = {}
+        self._events: list[RunEvent] = []
+        self._schedules: dict[str, Schedule] = {}
         self._lock = threading.Lock()
         self._wakeups = Wakeups()
 
@@ -107,6 +111,8 @@ class MemoryStore:
                         "version": existing.version + 1,
                         "started_at": now,
                         "updated_at": now,
+                        "wake_at": None,
+                        "waiting_for": [],
                     },
                     deep=True,
                 )
@@ -136,8 +142,16 @@ class MemoryStore:
             if stored is None or stored.lease_owner != owner or stored.status != "running":
                 return False
             pico, tokens = self._drop_steps(record.run_id, lambda e: e.path in forget)
+            now = self._clock.time()
+            wake_at = record.wake_at
+            if record.waiting_for and any(
+                e.run_id == record.run_id and e.taken_by is None and e.name in record.waiting_for
+                for e in self._events
+            ):
+                wake_at = now  # an event it waits for came while it parked
             self._runs[record.run_id] = record.model_copy(
                 update={
+                    "wake_at": wake_at,
                     "lease_owner": None,
                     "lease_expires_at": None,
                     "version": stored.version + 1,
@@ -344,7 +358,10 @@ class MemoryStore:
                 if run.status == "running" and run.lease_alive(now):
                     if run.queue in room:
                         room[run.queue] -= 1
-                elif run.status in ("queued", "running") and run.run_id not in exclude:
+                elif run.run_id not in exclude and (
+                    run.status in ("queued", "running")
+                    or (run.status == "waiting" and run.wake_at is not None and run.wake_at <= now)
+                ):
                     runnable.append((position, run))
             runnable.sort(key=lambda pair: (-pair[1].priority, pair[1].created_at, pair[0]))
             claimed: list[RunRecord] = []
@@ -354,8 +371,90 @@ class MemoryStore:
                 run.started_at = run.started_at if run.started_at is not None else now
                 run.updated_at, run.lease_owner = now, owner
                 run.lease_expires_at = now + lease_seconds
+                run.wake_at, run.waiting_for = None, []
                 claimed.append(run.model_copy(deep=True))
             return claimed
+
+    async def next_wake(self, queues: Sequence[str]) -> float | None:
+        with self._lock:
+            times = [
+                run.wake_at
+                for run in self._runs.values()
+                if run.status == "waiting" and run.queue in queues and run.wake_at is not None
+            ]
+            times.extend(s.next_at for s in self._schedules.values() if s.queue in queues)
+        return min(times) if times else None
+
+    # -- events -------------------------------------------------------------------------------
+
+    async def send_event(self, run_id: str, name: str, payload: str) -> RunEvent:
+        now = self._clock.time()
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                raise RunNotFoundError(run_id, self.url)
+            if run.is_final:
+                raise RunFinishedError(run_id, run.status, name)
+            event = RunEvent(
+                event_id=len(self._events) + 1,
+                run_id=run_id,
+                name=name,
+                payload=payload,
+                sent_at=now,
+            )
+            self._events.append(event)
+            if run.status == "waiting" and name in run.waiting_for:
+                run.wake_at, run.updated_at = now, now
+        self._wakeups.ring()
+        return event.model_copy()
+
+    async def take_event(self, run_id: str, name: str, taker: str) -> RunEvent | None:
+        with self._lock:
+            for event in self._events:
+                if event.run_id == run_id and event.name == name and event.taken_by == taker:
+                    return event.model_copy()
+            for event in self._events:
+                if event.run_id == run_id and event.name == name and event.taken_by is None:
+                    event.taken_by = taker
+                    return event.model_copy()
+        return None
+
+    # -- schedules ----------------------------------------------------------------------------
+
+    async def put_schedule(self, schedule: Schedule) -> None:
+        with self._lock:
+            self._schedules[schedule.name] = schedule.model_copy()
+        self._wakeups.ring()
+
+    async def get_schedule(self, name: str) -> Schedule | None:
+        with self._lock:
+            found = self._schedules.get(name)
+        return None if found is None else found.model_copy()
+
+    async def list_schedules(self) -> list[Schedule]:
+        with self._lock:
+            return [self._schedules[name].model_copy() for name in sorted(self._schedules)]
+
+    async def remove_schedule(self, name: str) -> bool:
+        with self._lock:
+            return self._schedules.pop(name, None) is not None
+
+    async def due_schedules(self, queues: Sequence[str], now: float) -> list[Schedule]:
+        with self._lock:
+            due = [s for s in self._schedules.values() if s.queue in queues and s.next_at <= now]
+        return [s.model_copy() for s in sorted(due, key=lambda s: (s.next_at, s.name))]
+
+    async def fire_schedule(self, name: str, *, due: float, next_at: float, run: RunRecord) -> bool:
+        now = self._clock.time()
+        with self._lock:
+            schedule = self._schedules.get(name)
+            if schedule is None or schedule.next_at != due:
+                return False
+            schedule.next_at, schedule.updated_at = next_at, now
+            if run.run_id not in self._runs:
+                self._runs[run.run_id] = queued_record(run, now).model_copy(deep=True)
+        self._wakeups.ring()
+        return True
 
     async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
         with self._lock:

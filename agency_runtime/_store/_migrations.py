@@ -17,7 +17,7 @@ from .._errors import StoreSchemaError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
 
 _SCHEMA_1 = """
@@ -148,7 +148,46 @@ CREATE TABLE IF NOT EXISTS queues (
 ) STRICT;
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2), (3, _SCHEMA_3))
+# Version 4: durable time and events. A worker parks a run in a long wait as ``waiting``
+# (until ``wake_at``, or an event of ``waiting_for``, a JSON list of names); events sent to a
+# run are buffered until a wait takes each one; schedules start runs at their occurrences.
+_SCHEMA_4 = """
+ALTER TABLE runs ADD COLUMN wake_at REAL;
+ALTER TABLE runs ADD COLUMN waiting_for TEXT;
+CREATE INDEX IF NOT EXISTS runs_waking ON runs (queue, wake_at) WHERE status = 'waiting';
+CREATE TABLE IF NOT EXISTS events (
+    event_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id   TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    payload  TEXT NOT NULL,
+    sent_at  REAL NOT NULL,
+    taken_by TEXT
+) STRICT;
+CREATE INDEX IF NOT EXISTS events_untaken ON events (run_id, name, event_id)
+    WHERE taken_by IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS events_taken ON events (run_id, taken_by)
+    WHERE taken_by IS NOT NULL;
+CREATE TABLE IF NOT EXISTS schedules (
+    name       TEXT PRIMARY KEY,
+    entry      TEXT NOT NULL,
+    arguments  TEXT NOT NULL,
+    cron       TEXT,
+    every      REAL,
+    timezone   TEXT NOT NULL,
+    queue      TEXT NOT NULL,
+    next_at    REAL NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS schedules_due ON schedules (queue, next_at);
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, _SCHEMA_1),
+    (2, _SCHEMA_2),
+    (3, _SCHEMA_3),
+    (4, _SCHEMA_4),
+)
 """Numbered migrations: a file at ``user_version`` N runs every script numbered above N."""
 
 

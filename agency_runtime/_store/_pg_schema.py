@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "channel", "check_schema_name", "migrate", "quoted"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema this version writes; a schema with a higher recorded version is refused."""
 
 _LOCK_CLASS = 0x6167_656E  # "agen": the advisory-lock class of agency-runtime's migrations
@@ -138,7 +138,40 @@ CREATE TABLE {s}.documents (
 )
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1),)
+# Version 2: durable time and events (SQLite's version 4). A worker parks a run in a long wait
+# as ``waiting`` (until ``wake_at``, or an event of ``waiting_for``, a JSON list of names);
+# events sent to a run are buffered until a wait takes each one; schedules start runs at
+# their occurrences.
+_SCHEMA_2 = """
+ALTER TABLE {s}.runs ADD COLUMN wake_at DOUBLE PRECISION;
+ALTER TABLE {s}.runs ADD COLUMN waiting_for TEXT;
+CREATE INDEX runs_waking ON {s}.runs (queue, wake_at) WHERE status = 'waiting';
+CREATE TABLE {s}.events (
+    event_id BIGSERIAL PRIMARY KEY,
+    run_id   TEXT NOT NULL,
+    name     TEXT NOT NULL,
+    payload  TEXT NOT NULL,
+    sent_at  DOUBLE PRECISION NOT NULL,
+    taken_by TEXT
+);
+CREATE INDEX events_untaken ON {s}.events (run_id, name, event_id) WHERE taken_by IS NULL;
+CREATE UNIQUE INDEX events_taken ON {s}.events (run_id, taken_by) WHERE taken_by IS NOT NULL;
+CREATE TABLE {s}.schedules (
+    name       TEXT PRIMARY KEY,
+    entry      TEXT NOT NULL,
+    arguments  TEXT NOT NULL,
+    cron       TEXT,
+    every      DOUBLE PRECISION,
+    timezone   TEXT NOT NULL,
+    queue      TEXT NOT NULL,
+    next_at    DOUBLE PRECISION NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX schedules_due ON {s}.schedules (queue, next_at)
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2))
 """Numbered migrations: a schema at version N runs every script numbered above N."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,49}")

@@ -32,7 +32,13 @@ import anyio.to_thread
 from pydantic_core import from_json, to_json
 
 from .._clock import Clock
-from .._errors import InvalidArgumentError, RunNotFoundError, StoreError, StoreUnavailableError
+from .._errors import (
+    InvalidArgumentError,
+    RunFinishedError,
+    RunNotFoundError,
+    StoreError,
+    StoreUnavailableError,
+)
 from .._types import (
     Checkpoint,
     Claim,
@@ -41,13 +47,33 @@ from .._types import (
     Journal,
     JournalEntry,
     MemoryRecord,
+    RunEvent,
     RunRecord,
     RunStatus,
+    Schedule,
 )
 from ._pg_schema import SCHEMA_VERSION, channel, migrate, quoted
+from ._rows import (
+    SCHEDULE_COLUMNS,
+    error_json,
+    interrupts_json,
+    journal_from_rows,
+    record_from,
+    run_values,
+    schedule_from,
+    schedule_values,
+    waiting_json,
+)
 from ._rows import STEP_COLUMNS as _STEP_COLUMNS
-from ._rows import error_json, interrupts_json, journal_from_rows, record_from, run_values
-from ._rules import BM25_B, BM25_K1, claim_decision, pick_claims, query_terms, text_tokens
+from ._rules import (
+    BM25_B,
+    BM25_K1,
+    claim_decision,
+    pick_claims,
+    query_terms,
+    queued_record,
+    text_tokens,
+)
 from ._wakeups import Wakeups
 
 if TYPE_CHECKING:
@@ -67,10 +93,13 @@ _COLUMNS = (
     "run_id", "status", "entry", "arguments", "model", "overrides", "value", "error",
     "interrupts", "cost_pico", "tokens", "unjournaled_pico", "unjournaled_tokens", "attempts",
     "version", "queue", "priority", "lease_owner", "lease_expires_at", "created_at",
-    "started_at", "finished_at", "updated_at",
+    "started_at", "finished_at", "updated_at", "wake_at", "waiting_for",
 )  # fmt: skip
 _COLS = ", ".join(_COLUMNS)
 _VALUES = ", ".join(f"%({c})s" for c in _COLUMNS)
+_EVENT_COLUMNS = ("event_id", "run_id", "name", "payload", "sent_at", "taken_by")
+_EVENT_COLS = ", ".join(_EVENT_COLUMNS)
+_SCHEDULE_COLS = ", ".join(SCHEDULE_COLUMNS)
 _MEMORY_COLUMNS = "m.id, m.namespace, m.content, m.tags, m.scope, m.created_at, m.expires_at, m.seq"
 _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)"
 """The time a statement uses: the store's clock (passed as ``now``), else the server's."""
@@ -361,7 +390,8 @@ class PostgresStore:
                 row = conn.execute(
                     f"UPDATE {t}.runs SET status = 'running', attempts = attempts + 1, "
                     "version = version + 1, started_at = %(now)s, updated_at = %(now)s, "
-                    "lease_owner = %(lease_owner)s, lease_expires_at = %(lease_expires_at)s "
+                    "lease_owner = %(lease_owner)s, lease_expires_at = %(lease_expires_at)s, "
+                    "wake_at = NULL, waiting_for = NULL "
                     f"WHERE run_id = %(run)s RETURNING {_COLS}",
                     {"now": now, "run": record.run_id, **lease},
                 ).fetchone()
@@ -399,7 +429,11 @@ class PostgresStore:
             "interrupts": interrupts_json(record.interrupts), "cost": record.cost_pico,
             "tokens": record.tokens, "upico": unjournaled[0], "utokens": unjournaled[1],
             "finished": record.finished_at, "now": self._now_param(), "forget": list(forget),
+            "wake_at": record.wake_at, "waiting_for": waiting_json(record.waiting_for),
+            "names": list(record.waiting_for),
         }  # fmt: skip
+        # A run parking to wait for events needs a transaction: see the check below.
+        parks = record.status == "waiting" and bool(record.waiting_for)
 
         def work(conn: Conn) -> bool:
             if forget:
@@ -418,15 +452,31 @@ class PostgresStore:
                 "unjournaled_tokens = unjournaled_tokens + %(utokens)s, "
                 f"finished_at = %(finished)s, updated_at = {_NOW}, version = version + 1, "
                 "queue = CASE WHEN %(status)s = 'queued' THEN COALESCE(queue, 'default') "
-                "ELSE queue END, lease_owner = NULL, lease_expires_at = NULL "
+                "ELSE queue END, lease_owner = NULL, lease_expires_at = NULL, "
+                "wake_at = %(wake_at)s, waiting_for = %(waiting_for)s "
                 "WHERE run_id = %(run)s AND lease_owner = %(owner)s AND status = 'running' "
                 f"RETURNING run_id) SELECT {self._notify_sql('done')} FROM done",
                 params,
             ).fetchall()
-            return len(rows) == 1
+            if len(rows) != 1:
+                return False
+            if parks:
+                # An event it waits for may be buffered already (sent while it still ran):
+                # then it is due now. This statement's snapshot is newer than the UPDATE's
+                # row lock, and send_event locks the run's row before it inserts, so an
+                # event committed before that lock is seen here, and one sent later finds
+                # the run waiting and wakes it itself.
+                conn.execute(
+                    f"UPDATE {t}.runs r SET wake_at = {_NOW} WHERE r.run_id = %(run)s "
+                    "AND r.status = 'waiting' AND EXISTS (SELECT 1 FROM "
+                    f"{t}.events e WHERE e.run_id = r.run_id AND e.taken_by IS NULL "
+                    "AND e.name = ANY(%(names)s::text[]))",
+                    params,
+                )
+            return True
 
         finished = await self._run(
-            f"store the outcome of run {record.run_id!r}", work, tx=bool(forget)
+            f"store the outcome of run {record.run_id!r}", work, tx=bool(forget) or parks
         )
         if finished:
             self._wakeups.ring()
@@ -756,8 +806,9 @@ class PostgresStore:
             while open_queues and len(taken) < limit:
                 rows = conn.execute(
                     f"SELECT run_id, queue FROM {t}.runs WHERE queue = ANY(%(queues)s::text[]) "
-                    "AND status IN ('queued', 'running') AND (status = 'queued' OR "
-                    "lease_expires_at IS NULL OR lease_expires_at <= %(now)s) "
+                    "AND (status = 'queued' OR (status = 'running' AND (lease_expires_at IS NULL "
+                    "OR lease_expires_at <= %(now)s)) OR (status = 'waiting' "
+                    "AND wake_at <= %(now)s)) "
                     "AND run_id <> ALL(%(skip)s::text[]) "
                     "ORDER BY priority DESC, created_at, seq LIMIT %(n)s FOR UPDATE SKIP LOCKED",
                     {"queues": open_queues, "now": now, "skip": skip, "n": limit - len(taken)},
@@ -777,7 +828,8 @@ class PostgresStore:
                         f"UPDATE {t}.runs SET status = 'running', attempts = attempts + 1, "
                         "version = version + 1, started_at = COALESCE(started_at, %(now)s), "
                         "updated_at = %(now)s, lease_owner = %(owner)s, "
-                        "lease_expires_at = %(expires)s WHERE run_id = ANY(%(ids)s::text[]) "
+                        "lease_expires_at = %(expires)s, wake_at = NULL, waiting_for = NULL "
+                        "WHERE run_id = ANY(%(ids)s::text[]) "
                         f"RETURNING {_COLS}",
                         {"now": now, "owner": owner, "expires": now + lease_seconds,
                          "ids": taken},
@@ -812,6 +864,23 @@ class PostgresStore:
             return None if row is None or row[0] is None else int(row[0])
 
         return await self._run(f"read the limit of queue {name!r}", work)
+
+    async def next_wake(self, queues: Sequence[str]) -> float | None:
+        names = list(dict.fromkeys(queues))
+        if not names:
+            return None
+        t = self._t
+
+        def work(conn: Conn) -> float | None:
+            row = conn.execute(
+                f"SELECT LEAST((SELECT min(wake_at) FROM {t}.runs WHERE status = 'waiting' "
+                "AND queue = ANY(%(queues)s::text[])), (SELECT min(next_at) FROM "
+                f"{t}.schedules WHERE queue = ANY(%(queues)s::text[])))",
+                {"queues": names},
+            ).fetchone()
+            return None if row is None or row[0] is None else float(row[0])
+
+        return await self._run("read when runs fall due", work)
 
     async def wait_for_runs(self, timeout: float) -> None:
         """Return when any process queued, answered for a worker, handed back or ended a run
@@ -848,6 +917,152 @@ class PostgresStore:
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
         self._listening.clear()
+
+    # -- events ----------------------------------------------------------------------------
+
+    async def send_event(self, run_id: str, name: str, payload: str) -> RunEvent:
+        t = self._t
+        params = {"run": run_id, "name": name, "payload": payload, "now": self._now_param()}
+
+        def work(conn: Conn) -> RunEvent:
+            # The run's row first, locked: a finish_run parking it either committed before
+            # (then its wait is seen here) or waits for this commit (then it sees the event).
+            row = conn.execute(
+                f"SELECT status, waiting_for FROM {t}.runs WHERE run_id = %s FOR UPDATE",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id, self.url)
+            status, waiting = str(row[0]), row[1]
+            if status in ("completed", "cancelled"):
+                raise RunFinishedError(run_id, status, name)
+            params["wakes"] = (
+                status == "waiting" and waiting is not None and (name in _names(run_id, waiting))
+            )
+            # The event, the wake-up (at the event's own time) and the notification.
+            sent = conn.execute(
+                f"WITH sent AS (INSERT INTO {t}.events (run_id, name, payload, sent_at) "
+                f"VALUES (%(run)s, %(name)s, %(payload)s, {_NOW}) RETURNING event_id, run_id, "
+                f"sent_at), woken AS (UPDATE {t}.runs r SET wake_at = sent.sent_at, "
+                "updated_at = sent.sent_at FROM sent WHERE %(wakes)s AND r.run_id = sent.run_id) "
+                f"SELECT event_id, sent_at, {self._notify_sql('sent')} IS NULL FROM sent",
+                params,
+            ).fetchone()
+            assert sent is not None
+            return RunEvent(
+                event_id=int(sent[0]), run_id=run_id, name=name, payload=payload,
+                sent_at=float(sent[1]),
+            )  # fmt: skip
+
+        event = await self._run(f"send event {name!r} to run {run_id!r}", work, tx=True)
+        self._wakeups.ring()
+        return event
+
+    async def take_event(self, run_id: str, name: str, taker: str) -> RunEvent | None:
+        t = self._t
+        # One statement: the event ``taker`` took already, else the oldest untaken one, taken
+        # now (rows another taker is taking at this moment are skipped, never waited for).
+        query = (
+            f"WITH mine AS (SELECT {_EVENT_COLS} FROM {t}.events WHERE run_id = %(run)s "
+            "AND taken_by = %(taker)s AND name = %(name)s), "
+            f"took AS (UPDATE {t}.events SET taken_by = %(taker)s WHERE event_id = "
+            f"(SELECT event_id FROM {t}.events WHERE run_id = %(run)s AND name = %(name)s "
+            "AND taken_by IS NULL AND NOT EXISTS (SELECT 1 FROM mine) ORDER BY event_id "
+            f"LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING {_EVENT_COLS}) "
+            "SELECT * FROM mine UNION ALL SELECT * FROM took LIMIT 1"
+        )
+        params = {"run": run_id, "name": name, "taker": taker}
+
+        def work(conn: Conn) -> RunEvent | None:
+            row = conn.execute(query, params).fetchone()
+            return None if row is None else RunEvent(**dict(zip(_EVENT_COLUMNS, row, strict=True)))
+
+        return await self._run(f"take event {name!r} of run {run_id!r}", work)
+
+    # -- schedules -------------------------------------------------------------------------
+
+    async def put_schedule(self, schedule: Schedule) -> None:
+        t = self._t
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in SCHEDULE_COLUMNS[1:])
+        query = (
+            f"WITH put AS (INSERT INTO {t}.schedules ({_SCHEDULE_COLS}) VALUES "
+            f"({', '.join(['%s'] * len(SCHEDULE_COLUMNS))}) ON CONFLICT (name) DO UPDATE SET "
+            f"{updates} RETURNING name) SELECT {self._notify_sql('put', 'name')} FROM put"
+        )
+
+        def work(conn: Conn) -> None:
+            conn.execute(query, schedule_values(schedule))
+
+        await self._run(f"store schedule {schedule.name!r}", work)
+        self._wakeups.ring()
+
+    async def get_schedule(self, name: str) -> Schedule | None:
+        def work(conn: Conn) -> Schedule | None:
+            row = conn.execute(
+                f"SELECT {_SCHEDULE_COLS} FROM {self._t}.schedules WHERE name = %s", (name,)
+            ).fetchone()
+            return None if row is None else schedule_from(row)
+
+        return await self._run(f"read schedule {name!r}", work)
+
+    async def list_schedules(self) -> list[Schedule]:
+        def work(conn: Conn) -> list[Schedule]:
+            rows = conn.execute(
+                f'SELECT {_SCHEDULE_COLS} FROM {self._t}.schedules ORDER BY name COLLATE "C"'
+            ).fetchall()
+            return [schedule_from(row) for row in rows]
+
+        return await self._run("list schedules", work)
+
+    async def remove_schedule(self, name: str) -> bool:
+        def work(conn: Conn) -> bool:
+            query = f"DELETE FROM {self._t}.schedules WHERE name = %s"
+            return conn.execute(query, (name,)).rowcount == 1
+
+        return await self._run(f"remove schedule {name!r}", work)
+
+    async def due_schedules(self, queues: Sequence[str], now: float) -> list[Schedule]:
+        names = list(dict.fromkeys(queues))
+        if not names:
+            return []
+
+        def work(conn: Conn) -> list[Schedule]:
+            rows = conn.execute(
+                f"SELECT {_SCHEDULE_COLS} FROM {self._t}.schedules "
+                "WHERE queue = ANY(%s::text[]) AND next_at <= %s "
+                'ORDER BY next_at, name COLLATE "C"',
+                (names, now),
+            ).fetchall()
+            return [schedule_from(row) for row in rows]
+
+        return await self._run("read due schedules", work)
+
+    async def fire_schedule(self, name: str, *, due: float, next_at: float, run: RunRecord) -> bool:
+        t = self._t
+
+        def work(conn: Conn) -> bool:
+            now = self._now(conn)
+            # Only while its next_at is still ``due``: a second worker firing the same
+            # occurrence waits for this row lock, then finds next_at moved and does nothing.
+            moved = conn.execute(
+                f"WITH moved AS (UPDATE {t}.schedules SET next_at = %s, updated_at = %s "
+                "WHERE name = %s AND next_at = %s RETURNING name) "
+                f"SELECT {self._notify_sql('moved', 'name')} IS NULL FROM moved",
+                (next_at, now, name, due),
+            ).fetchall()
+            if not moved:
+                return False
+            conn.execute(
+                f"INSERT INTO {t}.runs ({_COLS}) VALUES ({_VALUES}) "
+                "ON CONFLICT (run_id) DO NOTHING",
+                _row(queued_record(run, now)),
+            )
+            return True
+
+        fired = await self._run(f"fire schedule {name!r}", work, tx=True)
+        if fired:
+            self._wakeups.ring()
+        return fired
 
     # -- memory ----------------------------------------------------------------------------
 
@@ -1085,6 +1300,17 @@ def _best(rows: list[tuple[Any, ...]], terms: list[str], limit: int) -> list[tup
     scored.sort(key=lambda item: item[:3])
     chosen = scored if limit < 0 else scored[:limit]
     return [item[3] for item in chosen]
+
+
+def _names(run_id: str, text: str) -> list[str]:
+    """The event names a waiting run's ``waiting_for`` holds; a damaged one is a StoreError."""
+    try:
+        names = from_json(text)
+    except ValueError as exc:
+        raise StoreError(f"the stored row of run {run_id!r} is damaged: {exc}") from exc
+    if not isinstance(names, list):
+        raise StoreError(f"the stored row of run {run_id!r} is damaged: waiting_for {text!r}")
+    return [str(name) for name in names]
 
 
 def _row(record: RunRecord) -> dict[str, Any]:

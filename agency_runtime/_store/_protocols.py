@@ -1,8 +1,9 @@
-"""The store's protocols: five narrow ones, and :class:`Store`, their union.
+"""The store's protocols: seven narrow ones, and :class:`Store`, their union.
 
 A feature depends on the protocol it uses: the run boundary and the durable layer on
 :class:`RunLog` (runs, leases, the journal, answers), queues and workers on
-:class:`RunQueue`, global locks on :class:`LockTable`,
+:class:`RunQueue`, events sent to runs on :class:`EventLog`, schedules on
+:class:`ScheduleTable`, global locks on :class:`LockTable`,
 conversation memory on :class:`MemoryIndex`, agent memory and the Telegram poller on
 :class:`DocumentStore`. A backend implements all four (:class:`Store`), and the semantics
 every backend must share (who may claim a run, which words a query searches, how recall is
@@ -26,11 +27,22 @@ from .._types import (
     Journal,
     JournalEntry,
     MemoryRecord,
+    RunEvent,
     RunRecord,
     RunStatus,
+    Schedule,
 )
 
-__all__ = ["DocumentStore", "LockTable", "MemoryIndex", "RunLog", "RunQueue", "Store"]
+__all__ = [
+    "DocumentStore",
+    "EventLog",
+    "LockTable",
+    "MemoryIndex",
+    "RunLog",
+    "RunQueue",
+    "ScheduleTable",
+    "Store",
+]
 
 
 @runtime_checkable
@@ -76,7 +88,10 @@ class RunLog(Protocol):
         """Store the outcome fields of ``record`` and release the lease, in one transaction.
 
         A ``record.status`` of ``queued`` hands the run back to its queue (a draining worker):
-        the lease is released and any worker may claim it at once. Every stored outcome wakes
+        the lease is released and any worker may claim it at once. A ``waiting`` run (parked
+        by a worker) is stored with its ``wake_at`` and ``waiting_for``; when an event it
+        waits for is buffered already, its ``wake_at`` becomes now, in the same transaction,
+        so an event sent while it parked is never missed. Every stored outcome wakes
         whoever waits on runs (:meth:`RunQueue.wait_for_runs`).
 
         ``unjournaled`` (pico-dollars, tokens) is added to the run's unjournaled spend: what
@@ -189,14 +204,21 @@ class RunQueue(Protocol):
     ) -> list[RunRecord]:
         """Claim up to ``limit`` runnable runs of ``queues`` for ``owner``, atomically.
 
-        Runnable: ``queued`` runs, and ``running`` runs whose lease expired (their holder
-        died). Highest ``priority`` first, then the oldest (``created_at``, then insertion
-        order); run ids in ``exclude`` are skipped. Every queue's concurrency limit
-        (:meth:`configure_queue`) holds across all claimants: a queue limited to N never has
-        more than N runs running under live leases. Each claimed run becomes ``running``
-        under ``owner``'s lease with ``attempts + 1`` (``started_at`` set if unset) and is
-        returned as stored. Concurrent claimants never get the same run.
+        Runnable: ``queued`` runs, ``waiting`` runs whose ``wake_at`` has come, and
+        ``running`` runs whose lease expired (their holder died). Highest ``priority``
+        first, then the oldest (``created_at``, then insertion order); run ids in
+        ``exclude`` are skipped. Every queue's concurrency limit (:meth:`configure_queue`)
+        holds across all claimants: a queue limited to N never has more than N runs
+        running under live leases. Each claimed run becomes ``running``
+        under ``owner``'s lease with ``attempts + 1`` (``started_at`` set if unset;
+        ``wake_at`` and ``waiting_for`` cleared) and is returned as stored. Concurrent
+        claimants never get the same run.
         """
+        ...
+
+    async def next_wake(self, queues: Sequence[str]) -> float | None:
+        """The earliest time something of ``queues`` falls due: a waiting run's ``wake_at``
+        or a schedule's ``next_at`` (``None``: nothing is due at a known time)."""
         ...
 
     async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
@@ -215,6 +237,75 @@ class RunQueue(Protocol):
         queues, answers for a worker, hands back or finishes a run; others return when this
         process did, or when ``timeout`` passes (the caller polls). Spurious returns are
         allowed: callers look at the store again.
+        """
+        ...
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    """Events sent to runs (``agency.runs.send``), buffered until a wait takes each one."""
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from (``memory://``, ``sqlite:///…``)."""
+        ...
+
+    async def send_event(self, run_id: str, name: str, payload: str) -> RunEvent:
+        """Buffer event ``name`` (``payload``: JSON text) for run ``run_id``, in one
+        transaction; return it as stored.
+
+        When the run is ``waiting`` for ``name``, its ``wake_at`` becomes now, so a worker
+        continues it at once (and the workers are woken). Raises
+        :class:`~agency_runtime.RunNotFoundError` for an unknown run and
+        :class:`~agency_runtime.RunFinishedError` for a completed or cancelled one.
+        """
+        ...
+
+    async def take_event(self, run_id: str, name: str, taker: str) -> RunEvent | None:
+        """The event ``taker`` (a wait's journal path) took already, else the oldest event
+        ``name`` of the run nobody took, now taken by ``taker``; ``None`` when there is none.
+
+        Idempotent per ``taker``: a wait that runs again after a crash gets the same event,
+        so each event is consumed by exactly one wait.
+        """
+        ...
+
+
+@runtime_checkable
+class ScheduleTable(Protocol):
+    """Schedules: entries started at cron or interval occurrences, each exactly once."""
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened from (``memory://``, ``sqlite:///…``)."""
+        ...
+
+    async def put_schedule(self, schedule: Schedule) -> None:
+        """Store ``schedule``, replacing one of the same name, and wake the workers."""
+        ...
+
+    async def get_schedule(self, name: str) -> Schedule | None:
+        """The schedule called ``name``, or ``None``."""
+        ...
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule, by name."""
+        ...
+
+    async def remove_schedule(self, name: str) -> bool:
+        """Delete the schedule called ``name``; ``False`` when there was none."""
+        ...
+
+    async def due_schedules(self, queues: Sequence[str], now: float) -> list[Schedule]:
+        """The schedules of ``queues`` whose ``next_at`` is ``now`` or earlier."""
+        ...
+
+    async def fire_schedule(self, name: str, *, due: float, next_at: float, run: RunRecord) -> bool:
+        """Start one occurrence of schedule ``name``, in one transaction.
+
+        Only while the schedule's ``next_at`` is still ``due`` (another worker did not fire
+        it first): ``next_at`` becomes the given one and ``run`` is queued unless a run with
+        its id exists (as :meth:`RunQueue.enqueue_run`). Returns whether this call fired.
         """
         ...
 
@@ -316,8 +407,11 @@ class DocumentStore(Protocol):
 
 
 @runtime_checkable
-class Store(RunLog, RunQueue, LockTable, MemoryIndex, DocumentStore, Protocol):
-    """Durable storage of runs: all five protocols. Implementations: MemoryStore, SqliteStore."""
+class Store(
+    RunLog, RunQueue, EventLog, ScheduleTable, LockTable, MemoryIndex, DocumentStore, Protocol
+):
+    """Durable storage of runs: all seven protocols. Implementations: MemoryStore,
+    SqliteStore, PostgresStore."""
 
     def close(self) -> None:
         """Release the store's resources (idempotent)."""

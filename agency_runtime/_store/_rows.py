@@ -21,15 +21,20 @@ from .._types import (
     Journal,
     JournalEntry,
     RunRecord,
+    Schedule,
 )
 
 __all__ = [
+    "SCHEDULE_COLUMNS",
     "STEP_COLUMNS",
     "error_json",
     "interrupts_json",
     "journal_from_rows",
     "record_from",
     "run_values",
+    "schedule_from",
+    "schedule_values",
+    "waiting_json",
 ]
 
 STEP_COLUMNS = (
@@ -38,7 +43,14 @@ STEP_COLUMNS = (
 )  # fmt: skip
 """A step row's columns, in the order the stores select them."""
 
+SCHEDULE_COLUMNS = (
+    "name", "entry", "arguments", "cron", "every", "timezone", "queue", "next_at",
+    "created_at", "updated_at",
+)  # fmt: skip
+"""A schedule row's columns, in the order the stores select them."""
+
 _INTERRUPTS = TypeAdapter(list[Interrupt])
+_NAMES = TypeAdapter(list[str])
 
 
 def error_json(error: ErrorInfo | None) -> str | None:
@@ -51,12 +63,32 @@ def interrupts_json(interrupts: list[Interrupt]) -> str | None:
     return _INTERRUPTS.dump_json(interrupts).decode() if interrupts else None
 
 
+def waiting_json(names: list[str]) -> str | None:
+    """The stored form of the events a waiting run waits for (``None`` for none)."""
+    return _NAMES.dump_json(names).decode() if names else None
+
+
 def run_values(record: RunRecord) -> dict[str, Any]:
     """Every column of ``record``'s run row, by name."""
     values = record.model_dump()
     values["error"] = error_json(record.error)
     values["interrupts"] = interrupts_json(record.interrupts)
+    values["waiting_for"] = waiting_json(record.waiting_for)
     return values
+
+
+def schedule_values(schedule: Schedule) -> tuple[Any, ...]:
+    """A schedule's row, in :data:`SCHEDULE_COLUMNS` order."""
+    values = schedule.model_dump()
+    return tuple(values[column] for column in SCHEDULE_COLUMNS)
+
+
+def schedule_from(row: Sequence[Any]) -> Schedule:
+    """The schedule a row (:data:`SCHEDULE_COLUMNS`) holds; a damaged row is a StoreError."""
+    try:
+        return Schedule.model_validate(dict(zip(SCHEDULE_COLUMNS, row, strict=True)))
+    except ValueError as exc:
+        raise StoreError(f"the stored schedule {row[0]!r} is damaged: {exc}") from exc
 
 
 def record_from(values: Mapping[str, Any]) -> RunRecord:
@@ -69,6 +101,8 @@ def record_from(values: Mapping[str, Any]) -> RunRecord:
         data["interrupts"] = (
             [] if data["interrupts"] is None else _INTERRUPTS.validate_json(data["interrupts"])
         )
+        waiting = data.get("waiting_for")
+        data["waiting_for"] = [] if waiting is None else _NAMES.validate_json(waiting)
         return RunRecord.model_validate(data)
     except ValueError as exc:
         raise StoreError(f"the stored row of run {data['run_id']!r} is damaged: {exc}") from exc

@@ -21,6 +21,7 @@ from pydantic_core import from_json, to_json
 from .._clock import SYSTEM_CLOCK, Clock
 from .._errors import (
     InvalidArgumentError,
+    RunFinishedError,
     RunNotFoundError,
     StoreError,
     StoreUnavailableError,
@@ -33,12 +34,24 @@ from .._types import (
     Journal,
     JournalEntry,
     MemoryRecord,
+    RunEvent,
     RunRecord,
     RunStatus,
+    Schedule,
 )
 from ._migrations import SCHEMA_VERSION, migrate
+from ._rows import (
+    SCHEDULE_COLUMNS,
+    error_json,
+    interrupts_json,
+    journal_from_rows,
+    record_from,
+    run_values,
+    schedule_from,
+    schedule_values,
+    waiting_json,
+)
 from ._rows import STEP_COLUMNS as _STEP_COLUMNS
-from ._rows import error_json, interrupts_json, journal_from_rows, record_from, run_values
 from ._rules import DEFAULT_QUEUE, claim_decision, pick_claims, query_terms, queued_record
 from ._wakeups import Wakeups
 
@@ -74,6 +87,8 @@ _COLUMNS = (
     "updated_at",
     "queue",
     "priority",
+    "wake_at",
+    "waiting_for",
 )
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM runs"
 _HOLDS = "EXISTS (SELECT 1 FROM runs WHERE run_id = ? AND lease_owner = ? AND status = 'running')"
@@ -303,7 +318,7 @@ class SqliteStore:
             conn.execute(
                 "UPDATE runs SET status = 'running', attempts = attempts + 1, "
                 "version = version + 1, started_at = ?, updated_at = ?, lease_owner = ?, "
-                "lease_expires_at = ? WHERE run_id = ?",
+                "lease_expires_at = ?, wake_at = NULL, waiting_for = NULL WHERE run_id = ?",
                 (now, now, owner, now + lease_seconds, record.run_id),
             )
             taken = self._fetch(conn, record.run_id)
@@ -339,12 +354,19 @@ class SqliteStore:
                     conn, record.run_id, f"path IN ({', '.join('?' * len(forget))})", forget
                 )
                 pico, tokens = pico + dropped[0], tokens + dropped[1]
+            now = self._clock.time()
+            waiting = waiting_json(record.waiting_for)
+            # A parked run wakes at once when an event it waits for is buffered already: one
+            # statement, and SQLite has one writer, so a send racing the park is never missed.
             cursor = conn.execute(
                 "UPDATE runs SET status = ?, value = ?, error = ?, interrupts = ?, "
                 "cost_pico = ?, tokens = ?, unjournaled_pico = unjournaled_pico + ?, "
                 "unjournaled_tokens = unjournaled_tokens + ?, finished_at = ?, "
                 "updated_at = ?, version = version + 1, lease_owner = NULL, "
-                "lease_expires_at = NULL "
+                "lease_expires_at = NULL, waiting_for = ?, wake_at = CASE WHEN ? IS NOT NULL "
+                "AND EXISTS (SELECT 1 FROM events WHERE events.run_id = runs.run_id AND "
+                "taken_by IS NULL AND name IN (SELECT value FROM json_each(?))) THEN ? "
+                "ELSE ? END "
                 "WHERE run_id = ? AND lease_owner = ? AND status = 'running'",
                 (
                     record.status,
@@ -356,7 +378,12 @@ class SqliteStore:
                     pico,
                     tokens,
                     record.finished_at,
-                    self._clock.time(),
+                    now,
+                    waiting,
+                    waiting,
+                    waiting,
+                    now,
+                    record.wake_at,
                     record.run_id,
                     owner,
                 ),
@@ -636,17 +663,19 @@ class SqliteStore:
             skipped = ", ".join("?" * len(exclude))
             candidates = conn.execute(
                 f"SELECT run_id, queue FROM runs WHERE queue IN ({names}) AND (status = 'queued' "
-                "OR (status = 'running' AND COALESCE(lease_expires_at, 0) <= ?)) "
+                "OR (status = 'running' AND COALESCE(lease_expires_at, 0) <= ?) "
+                "OR (status = 'waiting' AND wake_at <= ?)) "
                 + (f"AND run_id NOT IN ({skipped}) " if exclude else "")
                 + "ORDER BY priority DESC, created_at, rowid",
-                (*queues, now, *exclude),
+                (*queues, now, now, *exclude),
             )
             claimed: list[RunRecord] = []
             for run_id in pick_claims(candidates, room, limit):
                 conn.execute(
                     "UPDATE runs SET status = 'running', attempts = attempts + 1, "
                     "version = version + 1, started_at = COALESCE(started_at, ?), "
-                    "updated_at = ?, lease_owner = ?, lease_expires_at = ? WHERE run_id = ?",
+                    "updated_at = ?, lease_owner = ?, lease_expires_at = ?, wake_at = NULL, "
+                    "waiting_for = NULL WHERE run_id = ?",
                     (now, now, owner, now + lease_seconds, run_id),
                 )
                 taken = self._fetch(conn, run_id)
@@ -668,8 +697,123 @@ class SqliteStore:
             row = conn.execute("SELECT concurrency FROM queues WHERE name = ?", (name,)).fetchone()
         return None if row is None else row[0]
 
+    async def next_wake(self, queues: Sequence[str]) -> float | None:
+        if not queues:
+            return None
+        names = ", ".join("?" * len(queues))
+        with self._db("read when runs fall due") as conn:
+            (waking,) = conn.execute(
+                f"SELECT MIN(wake_at) FROM runs WHERE queue IN ({names}) AND status = 'waiting'",
+                tuple(queues),
+            ).fetchone()
+            (scheduled,) = conn.execute(
+                f"SELECT MIN(next_at) FROM schedules WHERE queue IN ({names})", tuple(queues)
+            ).fetchone()
+        times = [t for t in (waking, scheduled) if t is not None]
+        return min(times) if times else None
+
     async def wait_for_runs(self, timeout: float) -> None:
         await self._wakeups.wait(timeout)
+
+    # -- events -------------------------------------------------------------------------------
+
+    async def send_event(self, run_id: str, name: str, payload: str) -> RunEvent:
+        now = self._clock.time()
+        with self._db(f"send event {name!r} to run {run_id!r}", write=True, check=True) as conn:
+            row = conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id, self.url)
+            if row[0] in ("completed", "cancelled"):
+                raise RunFinishedError(run_id, row[0], name)
+            event_id = conn.execute(
+                "INSERT INTO events (run_id, name, payload, sent_at) VALUES (?, ?, ?, ?)",
+                (run_id, name, payload, now),
+            ).lastrowid
+            conn.execute(
+                "UPDATE runs SET wake_at = ?, updated_at = ? WHERE run_id = ? AND "
+                "status = 'waiting' AND ? IN (SELECT value FROM json_each(waiting_for))",
+                (now, now, run_id, name),
+            )
+        assert event_id is not None
+        self._wakeups.ring()
+        return RunEvent(event_id=event_id, run_id=run_id, name=name, payload=payload, sent_at=now)
+
+    async def take_event(self, run_id: str, name: str, taker: str) -> RunEvent | None:
+        columns = "event_id, run_id, name, payload, sent_at, taken_by"
+        with self._db(f"take event {name!r} of run {run_id!r}", write=True) as conn:
+            row = conn.execute(
+                f"SELECT {columns} FROM events WHERE run_id = ? AND taken_by = ? AND name = ?",
+                (run_id, taker, name),
+            ).fetchone()
+            if row is None:
+                row = conn.execute(
+                    f"SELECT {columns} FROM events WHERE run_id = ? AND name = ? "
+                    "AND taken_by IS NULL ORDER BY event_id LIMIT 1",
+                    (run_id, name),
+                ).fetchone()
+                if row is None:
+                    return None
+                conn.execute("UPDATE events SET taken_by = ? WHERE event_id = ?", (taker, row[0]))
+                row = (*row[:5], taker)
+        return RunEvent(**dict(zip(columns.split(", "), row, strict=True)))
+
+    # -- schedules ----------------------------------------------------------------------------
+
+    async def put_schedule(self, schedule: Schedule) -> None:
+        with self._db(f"store schedule {schedule.name!r}", write=True, check=True) as conn:
+            conn.execute(
+                f"INSERT OR REPLACE INTO schedules ({', '.join(SCHEDULE_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(SCHEDULE_COLUMNS))})",
+                schedule_values(schedule),
+            )
+        self._wakeups.ring()
+
+    async def get_schedule(self, name: str) -> Schedule | None:
+        with self._db(f"read schedule {name!r}") as conn:
+            row = conn.execute(
+                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules WHERE name = ?", (name,)
+            ).fetchone()
+        return None if row is None else schedule_from(row)
+
+    async def list_schedules(self) -> list[Schedule]:
+        with self._db("list schedules") as conn:
+            rows = conn.execute(
+                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules ORDER BY name"
+            ).fetchall()
+        return [schedule_from(row) for row in rows]
+
+    async def remove_schedule(self, name: str) -> bool:
+        with self._db(f"remove schedule {name!r}", write=True) as conn:
+            return conn.execute("DELETE FROM schedules WHERE name = ?", (name,)).rowcount == 1
+
+    async def due_schedules(self, queues: Sequence[str], now: float) -> list[Schedule]:
+        if not queues:
+            return []
+        names = ", ".join("?" * len(queues))
+        with self._db("read due schedules") as conn:
+            rows = conn.execute(
+                f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules "
+                f"WHERE queue IN ({names}) AND next_at <= ? ORDER BY next_at, name",
+                (*queues, now),
+            ).fetchall()
+        return [schedule_from(row) for row in rows]
+
+    async def fire_schedule(self, name: str, *, due: float, next_at: float, run: RunRecord) -> bool:
+        now = self._clock.time()
+        with self._db(f"fire schedule {name!r}", write=True, check=True) as conn:
+            moved = conn.execute(
+                "UPDATE schedules SET next_at = ?, updated_at = ? WHERE name = ? AND next_at = ?",
+                (next_at, now, name, due),
+            ).rowcount
+            if moved != 1:
+                return False
+            conn.execute(
+                f"INSERT OR IGNORE INTO runs ({', '.join(_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(_COLUMNS))})",
+                _row(queued_record(run, now)),
+            )
+        self._wakeups.ring()
+        return True
 
     # -- memory -------------------------------------------------------------------------------
 

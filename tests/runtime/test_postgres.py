@@ -35,6 +35,7 @@ from agency_runtime import (
 from agency_runtime._clock import Clock
 from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
+from agency_runtime._store._pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from agency_runtime._types import JournalEntry, RunRecord
 from tests import pg_cluster
 from tests.runtime.test_store_contract import _recall_all
@@ -277,7 +278,7 @@ async def test_concurrent_openers_migrate_once_and_a_newer_schema_is_refused(
         assert len(opened) == 4
         with psycopg.connect(dsn, autocommit=True) as conn:
             rows = conn.execute(f'SELECT version FROM "{schema}".schema_version').fetchall()
-            assert rows == [(1,)]
+            assert rows == [(PG_SCHEMA_VERSION,)]
             conn.execute(f'UPDATE "{schema}".schema_version SET version = 99')
         with pytest.raises(StoreSchemaError, match="99"):
             PostgresStore(dsn, schema=schema)
