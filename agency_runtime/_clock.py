@@ -35,7 +35,7 @@ class Clock(Protocol):
         ...
 
     async def sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` of this clock's time (cancellable)."""
+        """Wait ``seconds`` of this clock's time (cancellable); ``seconds <= 0`` only yields."""
         ...
 
 
@@ -51,7 +51,7 @@ class SystemClock:
         return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
+        await anyio.sleep(max(0.0, seconds))  # a time already past: no wait (as FakeClock)
 
     def __repr__(self) -> str:
         return "<SystemClock>"

@@ -19,6 +19,7 @@ from ._boundary._queue import QueuesNamespace, enqueue
 from ._boundary._resume import respond_to_interrupts, resume
 from ._boundary._run import run, run_sync
 from ._boundary._runtime import RUNTIME
+from ._boundary._schedules import SchedulesNamespace
 from ._checkpoints import create_checkpoint, get_checkpoint, restore
 from ._clock import Clock
 from ._core._branches import run_root
@@ -48,7 +49,9 @@ from ._llm._chat import llm
 from ._llm._litellm import start_preload
 from ._locks import lock, with_lock
 from ._memory import MemoryNamespace
+from ._patches import patched
 from ._scope import with_resumable_scope
+from ._waits import sleep, wait_for_event
 
 __all__ = ["Agency", "agency"]
 
@@ -150,6 +153,7 @@ class Agency:
         self.threads = ThreadsNamespace()
         self.runs = RunsNamespace()
         self.queues = QueuesNamespace()
+        self.schedules = SchedulesNamespace()
         self.memory = MemoryNamespace()
 
     run = staticmethod(run)
@@ -170,6 +174,9 @@ class Agency:
     cost_guard = staticmethod(cost_guard)
     with_time_guard = staticmethod(with_time_guard)
     time_guard = staticmethod(time_guard)
+    sleep = staticmethod(sleep)
+    wait_for_event = staticmethod(wait_for_event)
+    patched = staticmethod(patched)
 
     # -- declared entries --------------------------------------------------------------------
 

@@ -228,6 +228,7 @@ async def ask(
     journal = journal_of(frame.ctx)
     address = position_of(frame).address
     key = interrupt_id(journal.run_id or "", address, journal.next_token(address, "interrupt"))
+    journal.claimed.add(key)  # replayed: asked again (answered or still pending)
     answer = journal.answers.get(key)
     if answer is not None:
         asked_before = journal.asked.get(key)
@@ -237,7 +238,8 @@ async def ask(
                 f"as {effect!r} ({message!r}), but the journal recorded an answer to "
                 f"{asked_before.effect!r} ({asked_before.message!r}) there. The code changed "
                 "under an in-flight run (or asks in an order that is not deterministic): "
-                "restore the old code to finish it, or start a new run."
+                "restore the old code to finish it, guard the change with "
+                "`if agency.patched('change-id'):`, or start a new run."
             )
         return answer
     asked = Interrupt(

@@ -1,14 +1,16 @@
-"""``agency.runs``: an admin view of the runs in a store (list, get, journal, cancel, fork)."""
+"""``agency.runs``: an admin view of the runs in a store (list, get, journal, cancel, fork),
+and sending events to runs (``send``)."""
 
 from __future__ import annotations
 
 import builtins
 import uuid
-from typing import get_args
+from typing import Any, get_args
 
 from .._errors import InvalidArgumentError, RunNotFoundError
 from .._store import RunRecord, Store
-from .._types import JournalEntry, RunResult, RunStatus
+from .._types import JournalEntry, RunEvent, RunResult, RunStatus
+from .._waits import check_event_name, encode_payload
 from ._queue import wait
 from ._resume import get_record
 from ._runtime import RUNTIME
@@ -52,6 +54,28 @@ class RunsNamespace:
                 )
         store_ = RUNTIME.stores.resolve(store)
         return await store_.list_runs(status=status, limit=limit, offset=offset)
+
+    async def send(
+        self,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        store: str | Store | None = None,
+    ) -> RunEvent:
+        """Send event ``name`` with ``payload`` (JSON data) to run ``run_id``; returns once
+        it is stored.
+
+        The event is buffered until a wait of the run (``agency.wait_for_event(name)``)
+        takes it, oldest first; a run parked waiting for it is woken. Raises
+        :class:`RunNotFoundError` for an unknown run and :class:`RunFinishedError` for a
+        completed or cancelled one.
+        """
+        name = check_event_name(name)
+        body = encode_payload(payload)
+        if not isinstance(run_id, str) or not run_id:
+            raise InvalidArgumentError(f"run_id must be a non-empty string, got {run_id!r}")
+        return await RUNTIME.stores.resolve(store).send_event(run_id, name, body)
 
     async def wait(
         self, run_id: str, *, store: str | Store | None = None, timeout: float | None = None

@@ -101,6 +101,7 @@ async def wait(
 ) -> RunResult:
     """Wait for run ``run_id`` to be completed, failed, cancelled or paused; its result.
 
+    A run that is ``waiting`` (parked in a sleep or a wait for an event) is waited through.
     Raises :class:`RunNotFoundError` for an unknown id and :class:`RunWaitTimeoutError`
     when ``timeout`` seconds pass first (the run goes on).
     """
@@ -115,7 +116,7 @@ async def wait(
     deadline = None if timeout is None else anyio.current_time() + timeout
     while True:
         record = await get_record(store_, run_id)
-        if record.status not in ("queued", "running"):
+        if record.status not in ("queued", "running", "waiting"):
             return stored_result(record)
         pause = WAIT_POLL_SECONDS
         if deadline is not None:

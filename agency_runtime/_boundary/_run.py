@@ -50,6 +50,7 @@ from .._errors import (
     RunConflictError,
     RunHandedBack,
     RunInterruptedError,
+    RunParked,
     RunPaused,
     StoreUnavailableError,
 )
@@ -142,6 +143,7 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
         finished_at=_when(record.finished_at),
         duration=duration,
         replayed=True,
+        wake_at=_when(record.wake_at),
     )
 
 
@@ -289,6 +291,7 @@ async def execute(
     value_json: str | None = None
     error: BaseException | None = None
     interrupts: list[Interrupt] = []
+    parked: RunParked | None = None
     interrupted: BaseException | None = None
     started = record.started_at or clock.time()
     try:
@@ -310,6 +313,8 @@ async def execute(
                     break
                 if isinstance(outcome, RunHandedBack):
                     status = "queued"
+                elif isinstance(outcome, RunParked):
+                    status, parked = "waiting", outcome
                 elif isinstance(outcome, RunPaused):
                     await journal.record_pause()
                     status, interrupts = "paused", _unique(journal.paused or outcome.interrupts)
@@ -336,6 +341,7 @@ async def execute(
     except BaseException as exc:  # cancelled from outside, KeyboardInterrupt, SystemExit
         interrupted = exc
         status, value, value_json, interrupts, error = "failed", None, None, [], None
+        parked = None
         if handback is not None:
             status = "queued"  # a worker stopping: another one continues it
         else:
@@ -345,10 +351,12 @@ async def execute(
             )
     if handback is not None and status == "failed" and _outage(error):
         status, error = "queued", None  # the store failed, not the run: another try later
-    finished = None if status == "queued" else clock.time()
+    finished = None if status in ("queued", "waiting") else clock.time()
     outcome_record = record.model_copy(
         update={
             "status": status,
+            "wake_at": None if parked is None else parked.wake_at,
+            "waiting_for": [] if parked is None else list(parked.events),
             "value": value_json,
             "error": None if error is None else ErrorInfo.from_exception(error),
             "interrupts": interrupts,
@@ -373,6 +381,8 @@ async def execute(
                     "value": None,
                     "error": ErrorInfo.from_exception(exc),
                     "interrupts": [],
+                    "wake_at": None,
+                    "waiting_for": [],
                 }
             )
             interrupts = []
@@ -380,7 +390,7 @@ async def execute(
         raise interrupted
     if stored and status == "paused" and journal is not None:
         RUNTIME.journals.keep(store, record.run_id, record.version + 1, journal)
-    if not stored and error is None and status != "queued":
+    if not stored and error is None and status not in ("queued", "waiting"):
         logger.warning(
             "run %r finished with status %r, but it was cancelled or another process holds "
             "its lease now; the store keeps that outcome",
@@ -399,6 +409,7 @@ async def execute(
         started_at=_when(started),
         finished_at=_when(finished),
         duration=None if finished is None else finished - started,
+        wake_at=_when(outcome_record.wake_at),
         exception=error,
     )
 
@@ -451,7 +462,15 @@ class _Completed:
         self.value = value
 
 
-_Outcome = _Completed | RunPaused | RunHandedBack | RestoreSignal | AgencyCancelledError | Exception
+_Outcome = (
+    _Completed
+    | RunPaused
+    | RunParked
+    | RunHandedBack
+    | RestoreSignal
+    | AgencyCancelledError
+    | Exception
+)
 
 
 async def _call_entry(
@@ -504,7 +523,17 @@ def _sort(exc: BaseException) -> _Outcome:
     for leaf in leaves:
         if isinstance(leaf, RunPaused | AgencyCancelledError):
             return leaf
+    parked = [leaf for leaf in leaves if isinstance(leaf, RunParked)]
+    if parked:
+        return _earliest(parked)
     raise exc  # KeyboardInterrupt, SystemExit, an outer cancellation: not ours to handle
+
+
+def _earliest(parked: list[RunParked]) -> RunParked:
+    """Branches parked at once: the run wakes at the first wake-up, or on any of their events."""
+    times = [p.wake_at for p in parked if p.wake_at is not None]
+    events = tuple(dict.fromkeys(name for p in parked for name in p.events))
+    return RunParked(min(times) if times else None, events)
 
 
 def _unique(interrupts: list[Interrupt]) -> list[Interrupt]:

@@ -10,6 +10,11 @@ importable here) hands the run back for one that can.
 ``drain()`` stops claiming, asks every running run to stop after its next step commit, and
 hands those runs back to their queue (their leases released), so another worker continues
 them at once from their journals.
+
+Time: a run's wait (``agency.sleep``, ``agency.wait_for_event``) longer than ``park_after``
+parks it (``waiting``), freeing its slot; workers claim it again when it falls due. Workers
+also fire the schedules of their queues (``agency.schedules``). Between claims a worker
+sleeps until the next wake-up or schedule the store knows of, a notification, or ``poll``.
 """
 
 from __future__ import annotations
@@ -31,22 +36,29 @@ from .._store import RunRecord, Store
 from ._queue import check_queue
 from ._run import LEASE_SECONDS, execute
 from ._runtime import RUNTIME
+from ._schedules import fire_due
 
 __all__ = ["Worker"]
 
 logger = logging.getLogger("agency_runtime.worker")
 
 
-def _positive(name: str, value: object, *, whole: bool = False) -> float:
+PARK_AFTER_SECONDS = 30.0
+"""A worker's run whose wait is longer than this parks (frees its slot) by default."""
+
+
+def _positive(name: str, value: object, *, whole: bool = False, zero: bool = False) -> float:
     kinds = (int,) if whole else (int, float)
     if (
         isinstance(value, bool)
         or not isinstance(value, kinds)
         or not math.isfinite(value)
-        or value <= 0
+        or value < 0
+        or (value == 0 and not zero)
     ):
         kind = "a whole number" if whole else "a number of seconds"
-        raise InvalidArgumentError(f"Worker: {name} must be {kind} > 0, got {value!r}")
+        bound = ">= 0" if zero else "> 0"
+        raise InvalidArgumentError(f"Worker: {name} must be {kind} {bound}, got {value!r}")
     return float(value)
 
 
@@ -56,8 +68,10 @@ class Worker:
     ``lease`` is how long a claim lasts without renewal (renewed every third of it): a worker
     that dies leaves its runs to others after at most that long. ``poll`` is how often it
     looks for work when no wake-up comes (PostgreSQL's NOTIFY wakes it at once; SQLite
-    workers of other processes are seen by polling). Serve with ``await worker.run()``
-    (until cancelled or drained); stop gracefully with ``await worker.drain()``.
+    workers of other processes are seen by polling). A run waiting longer than
+    ``park_after`` seconds (``agency.sleep``, ``agency.wait_for_event``) parks and frees its
+    slot. Serve with ``await worker.run()`` (until cancelled or drained); stop gracefully
+    with ``await worker.drain()``.
     """
 
     def __init__(
@@ -68,6 +82,7 @@ class Worker:
         concurrency: int = 8,
         lease: float = LEASE_SECONDS,
         poll: float = 1.0,
+        park_after: float = PARK_AFTER_SECONDS,
     ) -> None:
         if isinstance(queues, str):
             queues = (queues,)
@@ -77,6 +92,7 @@ class Worker:
         self.concurrency = int(_positive("concurrency", concurrency, whole=True))
         self.lease = _positive("lease", lease)
         self.poll = _positive("poll", poll)
+        self.park_after = _positive("park_after", park_after, zero=True)
         self._store_arg = store
         self.owner = owner_id(f"worker-{uuid.uuid4().hex[:12]}")
         """The lease owner of every run this worker holds."""
@@ -86,6 +102,8 @@ class Worker:
         self._serving: anyio.Event | None = None
         self._group: anyio.CancelScope | None = None
         self._waiting: anyio.CancelScope | None = None
+        self._due: float | None = -math.inf
+        self._looked = -math.inf
         self.runs_finished = 0
         """How many runs this worker took to an outcome (completed, failed, paused, …)."""
 
@@ -118,18 +136,18 @@ class Worker:
             async with anyio.create_task_group() as group:
                 self._group = group.cancel_scope
                 while not self._draining:
+                    await self._fire_schedules(store)
                     free = self.concurrency - len(self._running)
+                    self._looked = RUNTIME.clock.time()
                     claimed = await self._claim(store, free) if free > 0 else []
                     for record in claimed:
-                        self._running[record.run_id] = HandBack()
+                        self._running[record.run_id] = HandBack(self.park_after)
                         group.start_soon(self._serve, store, record, name=record.run_id)
                     if claimed and len(claimed) == free:
                         continue  # maybe more work; with no slot free the loop waits below
-                    with anyio.CancelScope() as self._waiting:
-                        await store.wait_for_runs(self.poll)
-                    self._waiting = None
+                    await self._wait(store)
                 for handback in self._running.values():  # draining
-                    handback.requested = True
+                    handback.request()
         finally:
             self._group = None
             self._serving.set()
@@ -147,6 +165,40 @@ class Worker:
             logger.warning("worker %s: cannot claim runs (%s); retrying", self.owner, exc)
             return []
 
+    async def _fire_schedules(self, store: Store) -> None:
+        """Start the schedules of this worker's queues that fell due (once each)."""
+        now = RUNTIME.clock.time()
+        if self._due is None or self._due > now:
+            return
+        try:
+            await fire_due(store, self.queues, now)
+        except (StoreError, AgencyError, ValueError) as exc:
+            logger.warning("worker %s: cannot fire schedules (%s); retrying", self.owner, exc)
+
+    async def _wait(self, store: Store) -> None:
+        """Wait for a wake-up: the store's (a run queued, answered, finished), the next time
+        a parked run or a schedule falls due (on the runtime's clock), or ``poll``."""
+        clock = RUNTIME.clock
+        try:
+            self._due = await store.next_wake(self.queues)
+        except StoreError:
+            self._due = -math.inf  # look again after the poll
+        with anyio.CancelScope() as self._waiting:
+            async with anyio.create_task_group() as race:
+                # Only what fell due after the last look: a due run that could not be
+                # claimed then (no slot, a queue limit) waits for a wake-up, not a spin.
+                if self._due is not None and math.isfinite(self._due) and self._due > self._looked:
+                    left = max(0.0, self._due - clock.time())
+
+                    async def timer() -> None:
+                        await clock.sleep(left)
+                        race.cancel_scope.cancel()
+
+                    race.start_soon(timer)
+                await store.wait_for_runs(self.poll)
+                race.cancel_scope.cancel()
+        self._waiting = None
+
     def _wake(self) -> None:
         """Let the serving loop look again now (a slot freed, or draining began)."""
         if self._waiting is not None:
@@ -161,7 +213,8 @@ class Worker:
             except (AgencyError, ValidationError) as exc:
                 await self._hand_back(store, record, exc)
                 return
-            handback.requested = self._draining
+            if self._draining:
+                handback.request()
             await execute(
                 store,
                 record,
@@ -205,7 +258,7 @@ class Worker:
         """
         self._draining = True
         for handback in self._running.values():
-            handback.requested = True
+            handback.request()
         self._wake()
         serving = self._serving
         if serving is None:

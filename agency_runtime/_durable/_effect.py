@@ -29,6 +29,7 @@ from .._core._branches import close_base, open_base
 from .._core._changes import CHANGES, Recorder
 from .._core._frame import _FRAME, Frame
 from .._errors import (
+    EventTimeoutError,
     JournalCorruptError,
     LLMCallError,
     NondeterminismError,
@@ -53,6 +54,8 @@ def _failure_json(exc: Exception) -> str:
         data.update(raw=exc.raw, errors=exc.errors)
     elif isinstance(exc, LLMCallError):
         data.update(model=exc.model, attempts=exc.attempts)
+    elif isinstance(exc, EventTimeoutError):
+        data.update(name=exc.name, timeout=exc.timeout, run_id=exc.run_id)
     return to_json(data).decode()
 
 
@@ -66,6 +69,11 @@ def _failure_from(text: str) -> Exception:
     if kind == "LLMCallError":
         return LLMCallError(
             message, model=str(data.get("model", "")), attempts=int(data.get("attempts", 0))
+        )
+    if kind == "EventTimeoutError":
+        run_id = data.get("run_id")
+        return EventTimeoutError(
+            str(data["name"]), float(data["timeout"]), None if run_id is None else str(run_id)
         )
     raise ValueError(f"unknown recorded failure {kind!r}")
 
@@ -84,13 +92,18 @@ def same_name(recorded_name: str, name: str) -> bool:
 def recorded(journal: RunJournal, path: str, name: str, callsite: str) -> JournalEntry | None:
     """The entry recorded at ``path``, checked against the unit that claims it now."""
     entry = journal.entries.get(path)
-    if entry is not None and not same_name(entry.name, name):
+    if entry is None:
+        return None
+    if not same_name(entry.name, name):
         raise NondeterminismError(
             f"run {journal.run_id!r} replayed {path!r} as {name!r} (called at "
             f"{callsite or 'an unknown place'}), but the journal recorded {entry.name!r} "
             f"there (called at {entry.callsite or 'an unknown place'}). The code changed "
-            "under an in-flight run: restore the old code to finish it, or start a new run."
+            "under an in-flight run: restore the old code to finish it, guard the change "
+            "with `if agency.patched('change-id'):` so runs that passed here keep the old "
+            "path, or start a new run."
         )
+    journal.claimed.add(path)
     return entry
 
 

@@ -9,6 +9,7 @@ unit tests.
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
+from collections.abc import Callable
 
 from pydantic_core import from_json
 
@@ -25,20 +26,50 @@ from .._types import (
     JournalEntry,
 )
 
-__all__ = ["JOURNAL", "HandBack", "PausedJournals", "RunJournal", "journal_of"]
+__all__ = ["JOURNAL", "PATCH_PREFIX", "HandBack", "PausedJournals", "RunJournal", "journal_of"]
+
+PATCH_PREFIX = "patch:"
+"""The journal path of ``agency.patched(change_id)``'s marker is this plus the change id."""
 
 
 class HandBack:
-    """A worker's request that its run stop after the next step it commits (draining).
+    """A worker's hold on the run it serves.
 
-    The run boundary turns the :class:`RunHandedBack` signal into a run handed back to its
-    queue, where any worker continues it from its journal.
+    ``requested`` (set by :meth:`request` when the worker drains) asks the run to stop
+    after the next step it commits: the run boundary turns the :class:`RunHandedBack`
+    signal into a run handed back to its queue, where any worker continues it from its
+    journal. A wait in progress (``agency.sleep``, ``agency.wait_for_event``) is told at
+    once through :meth:`on_request` and parks instead. ``park_after``: a wait longer than
+    this many seconds parks the run (``None``: never park).
     """
 
-    __slots__ = ("requested",)
+    __slots__ = ("_callbacks", "park_after", "requested")
 
-    def __init__(self) -> None:
+    def __init__(self, park_after: float | None = None) -> None:
         self.requested = False
+        self.park_after = park_after
+        self._callbacks: list[Callable[[], None]] = []
+
+    def request(self) -> None:
+        """Ask the run to stop (draining): after its next commit, or now if it waits."""
+        self.requested = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def on_request(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` when :meth:`request` is called; returns a canceller."""
+        self._callbacks.append(callback)
+
+        def cancel() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return cancel
+
+    def parks(self, seconds: float) -> bool:
+        """Whether a wait of ``seconds`` parks the run rather than waiting in this process."""
+        return self.requested or (self.park_after is not None and seconds > self.park_after)
 
 
 class RunJournal:
@@ -54,11 +85,14 @@ class RunJournal:
         "answers",
         "asked",
         "checkpoints",
+        "claimed",
         "entries",
         "execution",
         "failures",
         "handback",
+        "markers",
         "owner",
+        "patches",
         "paused",
         "pending",
         "restores",
@@ -95,6 +129,12 @@ class RunJournal:
         self.paused: list[Interrupt] = []
         self.failures: list[tuple[BaseException, str]] = []
         """Recorded failures raised in this execution (performed or replayed), with paths."""
+        self.claimed: set[str] = set()
+        """What this execution replayed or recorded so far: entry paths and interrupt ids."""
+        self.patches: dict[str, bool] = {}
+        """What ``agency.patched`` answered for each change id in this execution."""
+        self.markers: list[JournalEntry] = []
+        """Patch markers not written yet: they go to the store before the next event."""
         self._counters: dict[tuple[str, str, str], int] = defaultdict(int)
         self._last_scopes: str | None = None
         if journal is not None:
@@ -148,7 +188,20 @@ class RunJournal:
         self._counters.clear()
         self.paused = []
         self.failures = []
+        self.claimed = set()
+        self.patches = {}
+        self.markers = []
         self.execution += 1
+
+    def replaying(self) -> bool:
+        """Whether this execution has recorded events still ahead of it: steps (patch markers
+        aside) or interrupts (answered or pending) it has not replayed yet."""
+        claimed = self.claimed
+        return (
+            any(path not in claimed and not path.startswith(PATCH_PREFIX) for path in self.entries)
+            or any(key not in claimed for key in self.answers)
+            or any(key not in claimed for key in self.pending)
+        )
 
     def ordinal(self, address: str, kind: str, branch: str = "") -> int:
         """The next ordinal of ``kind`` (scope, interrupt, checkpoint, …) at ``address``,
@@ -209,18 +262,32 @@ class RunJournal:
             cause={"kind": "leaseLost"},
         )
 
-    async def commit_step(self, entry: JournalEntry) -> None:
-        """Persist a completed step (one transaction) and index it."""
+    async def _write_markers(self) -> None:
+        """Persist the patch markers of this execution before anything recorded after them."""
+        markers, self.markers = self.markers, []
+        for marker in markers:
+            await self._persist(marker)
+
+    async def _persist(self, entry: JournalEntry) -> None:
         if self.store is not None:
             assert self.owner is not None
             if not await self.store.commit_step(entry, owner=self.owner):
                 raise self._lost()
         self._index(entry)
+        self.claimed.add(entry.path)  # this execution's own: nothing to replay there
+
+    async def commit_step(self, entry: JournalEntry) -> None:
+        """Persist a completed step (one transaction) and index it."""
+        if self.markers:
+            await self._write_markers()
+        await self._persist(entry)
         if self.handback is not None and self.handback.requested:
             raise RunHandedBack()
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Persist a checkpoint and index it."""
+        if self.markers:
+            await self._write_markers()
         if self.store is not None:
             assert self.owner is not None
             if not await self.store.save_checkpoint(checkpoint, owner=self.owner):
@@ -231,6 +298,8 @@ class RunJournal:
         """Persist the interrupts this execution paused on, before the run reports them."""
         if self.store is None or not self.paused:
             return
+        if self.markers:
+            await self._write_markers()
         assert self.run_id is not None
         assert self.owner is not None
         answers = [

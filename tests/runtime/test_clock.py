@@ -110,3 +110,11 @@ async def test_memory_ttls_follow_the_run_clock(fake: FakeClock) -> None:
     assert [i.content for i in await outside.recall("", tags=["c"])] == ["short-lived"]
     fake.advance(61)
     assert await outside.recall("", tags=["c"]) == []  # expired in fake time, no sleep
+
+
+async def test_the_system_clock_does_not_wait_for_a_time_already_past() -> None:
+    from agency_runtime._clock import SYSTEM_CLOCK
+
+    with anyio.fail_after(1):
+        await SYSTEM_CLOCK.sleep(-5.0)  # a due time that passed: no wait, no error
+        await SYSTEM_CLOCK.sleep(0.0)
