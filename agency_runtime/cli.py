@@ -71,7 +71,14 @@ from ._facade import agency
 from ._llm._litellm import add_import_notice
 from ._store import RunRecord, Store, resolve_store
 from ._store._url import DEFAULT_STORE_URL, _parse
-from ._types import Interrupt, InterruptResponse, JournalEntry, RunResult, RunStatus
+from ._types import (
+    Interrupt,
+    InterruptResponse,
+    JournalEntry,
+    RunResult,
+    RunStatus,
+    Schedule,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -79,6 +86,7 @@ PROG = "agency"
 STATUSES: tuple[RunStatus, ...] = (
     "queued",
     "running",
+    "waiting",
     "completed",
     "paused",
     "failed",
@@ -293,6 +301,12 @@ def _record_json(record: RunRecord) -> dict[str, Any]:
     return _plain(record.model_dump(mode="json"))
 
 
+def _schedule_json(schedule: Schedule) -> dict[str, Any]:
+    data = _plain(schedule.model_dump())
+    data["next_at"] = _iso(schedule.next_at)
+    return data
+
+
 def _entry_json(entry: JournalEntry) -> dict[str, Any]:
     return _plain(entry.model_dump(mode="json"))
 
@@ -309,15 +323,16 @@ def _error_json(exc: BaseException, kind: str | None = None) -> dict[str, Any]:
 # -- the store ----------------------------------------------------------------------------
 
 
-def _open_store(url: str | None) -> Store:
+def _open_store(url: str | None, *, create: bool = False) -> Store:
     """The store named by ``url`` (else ``AGENCY_STORE``, else the default).
 
-    An SQLite file that does not exist is reported instead of created: an admin command
-    pointed at a mistyped path should say so, not show an empty store.
+    An SQLite file that does not exist is reported instead of created (unless ``create``:
+    a command that defines something, like ``schedules add``): an admin command pointed at
+    a mistyped path should say so, not show an empty store.
     """
     url = url or os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
     scheme, path, _options = _parse(url)
-    if scheme == "sqlite" and path != ":memory:":
+    if scheme == "sqlite" and path != ":memory:" and not create:
         file = Path(path).expanduser().resolve()
         if not file.exists():
             raise StoreUnavailableError(
@@ -362,7 +377,9 @@ class _Commands:
         self.out = out
         self.err = err
         self.as_json: bool = bool(getattr(ns, "json", False))
-        self.store = _open_store(getattr(ns, "store", None))
+        self.store = _open_store(
+            getattr(ns, "store", None), create=getattr(ns, "action", "") == "schedules_add"
+        )
 
     async def list(self) -> int:
         """``agency runs list``."""
@@ -430,6 +447,11 @@ class _Commands:
             fields.append(("duration", f"{max(0.0, record.finished_at - record.started_at):.3f}s"))
         if record.status == "running" and record.lease_owner:
             fields.append(("lease", f"{record.lease_owner} until {_when(record.lease_expires_at)}"))
+        if record.status == "waiting":
+            until = "an event" if record.wake_at is None else _when(record.wake_at)
+            fields.append(("wakes", until))
+            if record.waiting_for:
+                fields.append(("waits for", ", ".join(record.waiting_for)))
         width = max(len(name) for name, _ in fields)
         room = WIDTH - width - 2
         cut = False
@@ -550,6 +572,7 @@ class _Commands:
             concurrency=ns.concurrency,
             lease=ns.lease,
             poll=ns.poll,
+            park_after=ns.park_after,
         )
         print(
             f"worker {worker.owner}: serving queue(s) {', '.join(worker.queues)} of "
@@ -566,6 +589,83 @@ class _Commands:
             file=self.err,
             flush=True,
         )
+        return 0
+
+    async def send(self) -> int:
+        """``agency runs send RUN_ID NAME [--payload JSON]``."""
+        try:
+            payload = None if self.ns.payload is None else json.loads(self.ns.payload)
+        except ValueError as exc:
+            raise UsageError(f"--payload is not JSON ({exc}): {_cut(self.ns.payload, 40)}") from exc
+        event = await agency.runs.send(self.ns.run_id, self.ns.name, payload, store=self.store)
+        if self.as_json:
+            _dump(_plain(event.model_dump()), self.out)
+        else:
+            print(
+                f"sent {event.name!r} to run {event.run_id} (event {event.event_id})", file=self.out
+            )
+        return 0
+
+    async def schedules_list(self) -> int:
+        """``agency schedules list``."""
+        schedules = await agency.schedules.list(store=self.store)
+        if self.as_json:
+            _dump([_schedule_json(s) for s in schedules], self.out)
+            return 0
+        if not schedules:
+            print(f"no schedules in {self.store.url}", file=self.out)
+            return 0
+        rows = [
+            [
+                s.name,
+                s.cron if s.cron is not None else f"every {s.every:g}s",
+                s.entry,
+                s.queue,
+                _when(s.next_at),
+            ]
+            for s in schedules
+        ]
+        headers = ["name", "when", "entry", "queue", "next"]
+        self._cut_hint(_table(headers, rows, self.out, keep={0: "both", 2: "end"}, last=2))
+        return 0
+
+    async def schedules_add(self) -> int:
+        """``agency schedules add NAME ENTRY (--cron EXPR | --every S) ...``."""
+        self._app_modules()
+        ns = self.ns
+        try:
+            args = json.loads(ns.args) if ns.args is not None else []
+            kwargs = json.loads(ns.kwargs) if ns.kwargs is not None else {}
+        except ValueError as exc:
+            raise UsageError(f"--args and --kwargs must be JSON ({exc})") from exc
+        schedule = await agency.schedules.add(
+            ns.name,
+            ns.entry,
+            cron=ns.cron,
+            every=ns.every,
+            args=args,
+            kwargs=kwargs,
+            queue=ns.queue,
+            timezone=ns.timezone,
+            store=self.store,
+        )
+        if self.as_json:
+            _dump(_schedule_json(schedule), self.out)
+        else:
+            print(
+                f"schedule {schedule.name}: next run {_when(schedule.next_at)} in queue "
+                f"{schedule.queue} (a worker of that queue starts it)",
+                file=self.out,
+            )
+        return 0
+
+    async def schedules_remove(self) -> int:
+        """``agency schedules remove NAME``."""
+        await agency.schedules.remove(self.ns.name, store=self.store)
+        if self.as_json:
+            _dump({"removed": self.ns.name}, self.out)
+        else:
+            print(f"schedule {self.ns.name} removed", file=self.out)
         return 0
 
     async def cancel(self) -> int:
@@ -790,7 +890,49 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="look for work every S seconds when not woken (default 1)",
     )
+    worker.add_argument(
+        "--park-after",
+        type=_seconds("--park-after", zero=True),
+        default=30.0,
+        metavar="S",
+        help="a run waiting longer than S seconds (agency.sleep, agency.wait_for_event) "
+        "parks and frees its slot (default 30)",
+    )
     _add_imports(worker)
+
+    schedules = commands.add_parser(
+        "schedules", help="list, add and remove schedules", parents=[common]
+    )
+    plans = schedules.add_subparsers(dest="plan", metavar="ACTION", required=True)
+    plans.add_parser("list", help="every schedule and its next run", parents=[common]).set_defaults(
+        action="schedules_list"
+    )
+    adding = plans.add_parser(
+        "add",
+        help="start an entry at cron or interval occurrences",
+        parents=[common],
+        description="Add (or replace) a schedule: workers serving its queue start ENTRY at "
+        "every occurrence, exactly once, as run 'NAME@ISO-TIME'. ENTRY is a declared entry "
+        "(@agency.entry), by name or module:qualname, in a module named with --import.",
+    )
+    adding.set_defaults(action="schedules_add")
+    adding.add_argument("name", metavar="NAME")
+    adding.add_argument("entry", metavar="ENTRY")
+    timing = adding.add_mutually_exclusive_group(required=True)
+    timing.add_argument("--cron", metavar="EXPR", help="a cron expression, e.g. '0 9 * * 1-5'")
+    timing.add_argument(
+        "--every", type=_seconds("--every"), metavar="S", help="every S seconds (>= 1)"
+    )
+    adding.add_argument("--args", metavar="JSON", help="positional arguments, a JSON list")
+    adding.add_argument("--kwargs", metavar="JSON", help="keyword arguments, a JSON object")
+    adding.add_argument("--queue", default="default", metavar="NAME", help="default: default")
+    adding.add_argument(
+        "--timezone", default="UTC", metavar="ZONE", help="cron's time zone (default UTC)"
+    )
+    _add_imports(adding)
+    removing = plans.add_parser("remove", help="delete a schedule", parents=[common])
+    removing.set_defaults(action="schedules_remove")
+    removing.add_argument("name", metavar="NAME")
 
     runs = commands.add_parser(
         "runs", help="list, inspect, resume, answer, cancel and fork runs", parents=[common]
@@ -888,6 +1030,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=_seconds("--timeout"), metavar="S", help="give up after S seconds"
     )
 
+    send = sub.add_parser(
+        "send",
+        help="send an event to a run (agency.wait_for_event takes it)",
+        parents=[common],
+    )
+    send.add_argument("run_id", metavar="RUN_ID")
+    send.add_argument("name", metavar="NAME", help="the event's name")
+    send.add_argument("--payload", metavar="JSON", help="the event's payload, as JSON")
+
     cancel = sub.add_parser("cancel", help="cancel a run (final)", parents=[common])
     cancel.add_argument("run_id", metavar="RUN_ID")
 
@@ -900,8 +1051,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _seconds(option: str) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds > 0."""
+def _seconds(option: str, *, zero: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds > 0 (or >= 0 with ``zero``)."""
 
     def parse(text: str) -> float:
         shown = _cut(text, 24)
@@ -909,8 +1060,9 @@ def _seconds(option: str) -> Callable[[str], float]:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{shown!r} is not a number of seconds") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"{option} must be seconds > 0, got {shown}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+            bound = ">= 0" if zero else "> 0"
+            raise argparse.ArgumentTypeError(f"{option} must be seconds {bound}, got {shown}")
         return value
 
     return parse
