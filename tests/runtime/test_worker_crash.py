@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from types import ModuleType
 import anyio
 import pytest
 
-from agency_runtime import SqliteStore, Store, agency, open_store
+from agency_runtime import Store, agency
 from tests.forked import ForkedProcess, ForkServer
 
 pytestmark = [
@@ -78,29 +77,6 @@ def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]
     sys.modules.pop("jobs", None)
     yield importlib.import_module("jobs")
     sys.modules.pop("jobs", None)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Store]]:
-    """The store the workers share: a SQLite file, or a schema of the test PostgreSQL server
-    (failing, never skipping, when there is none)."""
-    if request.param == "sqlite":
-        store: Store = SqliteStore(tmp_path / "runs.db")
-        url = f"sqlite:///{tmp_path / 'runs.db'}"
-    else:
-        dsn = os.environ.get("AGENCY_TEST_POSTGRES")
-        if not dsn:
-            pytest.fail("no PostgreSQL server for the postgres worker crash tests (see conftest)")
-        schema = f"crash{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        url = f"{dsn}?schema={schema}"
-        store = open_store(url)
-    yield url, store
-    store.close()
-    if request.param == "postgres":
-        import psycopg
-
-        with psycopg.connect(str(dsn), autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _worker(server: ForkServer, tmp_path: Path, url: str, name: str) -> ForkedProcess:
