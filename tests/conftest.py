@@ -128,6 +128,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    while _admin:  # the connection that empties reused test schemas
+        _admin.pop().close()
     cluster = config.stash.get(_CLUSTER, None)
     if cluster is not None:
         del config.stash[_CLUSTER]
