@@ -35,6 +35,7 @@ from ._history import (
 )
 from ._identity import TurnConversation, conversation_key, conversation_tag
 from ._persona import define_turn_persona
+from ._proactive import ProactiveResult, send_proactive
 from ._runner import TurnArgs, TurnResponse, TurnResult, TurnRunner, create_turn_runner
 from ._version import TURN_KIT_VERSION
 
@@ -68,6 +69,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "TURN_KIT_VERSION",
     "AgencyCtx",
+    "ProactiveResult",
     "TurnArgs",
     "TurnContext",
     "TurnContextArgs",
@@ -102,4 +104,5 @@ __all__ = [
     "remember_turn",
     "remember_turn_message",
     "run_confirmed_turn_action",
+    "send_proactive",
 ]
