@@ -102,8 +102,9 @@ class Worker:
         self._serving: anyio.Event | None = None
         self._group: anyio.CancelScope | None = None
         self._waiting: anyio.CancelScope | None = None
-        self._due: float | None = -math.inf
+        self._due: float | None = None
         self._looked = -math.inf
+        self._fire_now = True  # at start (occurrences missed while no worker ran), after errors
         self.runs_finished = 0
         """How many runs this worker took to an outcome (completed, failed, paused, …)."""
 
@@ -168,11 +169,13 @@ class Worker:
     async def _fire_schedules(self, store: Store) -> None:
         """Start the schedules of this worker's queues that fell due (once each)."""
         now = RUNTIME.clock.time()
-        if self._due is None or self._due > now:
+        if not self._fire_now and (self._due is None or self._due > now):
             return
         try:
             await fire_due(store, self.queues, now)
+            self._fire_now = False
         except (StoreError, AgencyError, ValueError) as exc:
+            self._fire_now = True
             logger.warning("worker %s: cannot fire schedules (%s); retrying", self.owner, exc)
 
     async def _wait(self, store: Store) -> None:
@@ -180,14 +183,14 @@ class Worker:
         a parked run or a schedule falls due (on the runtime's clock), or ``poll``."""
         clock = RUNTIME.clock
         try:
-            self._due = await store.next_wake(self.queues)
+            # Only what falls due after the last look: a due run that could not be claimed
+            # then (no slot, a queue limit) waits for a wake-up, and never hides a later one.
+            self._due = await store.next_wake(self.queues, after=self._looked)
         except StoreError:
-            self._due = -math.inf  # look again after the poll
+            self._due, self._fire_now = None, True  # look again after the poll
         with anyio.CancelScope() as self._waiting:
             async with anyio.create_task_group() as race:
-                # Only what fell due after the last look: a due run that could not be
-                # claimed then (no slot, a queue limit) waits for a wake-up, not a spin.
-                if self._due is not None and math.isfinite(self._due) and self._due > self._looked:
+                if self._due is not None and math.isfinite(self._due):
                     left = max(0.0, self._due - clock.time())
 
                     async def timer() -> None:

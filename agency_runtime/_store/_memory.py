@@ -375,7 +375,7 @@ class MemoryStore:
                 claimed.append(run.model_copy(deep=True))
             return claimed
 
-    async def next_wake(self, queues: Sequence[str]) -> float | None:
+    async def next_wake(self, queues: Sequence[str], *, after: float | None = None) -> float | None:
         with self._lock:
             times = [
                 run.wake_at
@@ -383,7 +383,8 @@ class MemoryStore:
                 if run.status == "waiting" and run.queue in queues and run.wake_at is not None
             ]
             times.extend(s.next_at for s in self._schedules.values() if s.queue in queues)
-        return min(times) if times else None
+        later = [t for t in times if after is None or t > after]
+        return min(later) if later else None
 
     # -- events -------------------------------------------------------------------------------
 

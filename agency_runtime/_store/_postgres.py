@@ -865,7 +865,7 @@ class PostgresStore:
 
         return await self._run(f"read the limit of queue {name!r}", work)
 
-    async def next_wake(self, queues: Sequence[str]) -> float | None:
+    async def next_wake(self, queues: Sequence[str], *, after: float | None = None) -> float | None:
         names = list(dict.fromkeys(queues))
         if not names:
             return None
@@ -874,9 +874,10 @@ class PostgresStore:
         def work(conn: Conn) -> float | None:
             row = conn.execute(
                 f"SELECT LEAST((SELECT min(wake_at) FROM {t}.runs WHERE status = 'waiting' "
-                "AND queue = ANY(%(queues)s::text[])), (SELECT min(next_at) FROM "
-                f"{t}.schedules WHERE queue = ANY(%(queues)s::text[])))",
-                {"queues": names},
+                "AND queue = ANY(%(queues)s::text[]) AND wake_at > %(after)s), (SELECT "
+                f"min(next_at) FROM {t}.schedules WHERE queue = ANY(%(queues)s::text[]) "
+                "AND next_at > %(after)s))",
+                {"queues": names, "after": -math.inf if after is None else after},
             ).fetchone()
             return None if row is None or row[0] is None else float(row[0])
 

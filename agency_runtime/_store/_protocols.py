@@ -216,9 +216,10 @@ class RunQueue(Protocol):
         """
         ...
 
-    async def next_wake(self, queues: Sequence[str]) -> float | None:
+    async def next_wake(self, queues: Sequence[str], *, after: float | None = None) -> float | None:
         """The earliest time something of ``queues`` falls due: a waiting run's ``wake_at``
-        or a schedule's ``next_at`` (``None``: nothing is due at a known time)."""
+        or a schedule's ``next_at``, only those later than ``after`` when given (``None``:
+        nothing is due at a known time)."""
         ...
 
     async def configure_queue(self, name: str, *, concurrency: int | None) -> None:

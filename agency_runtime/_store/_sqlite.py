@@ -7,6 +7,7 @@ file; ``busy_timeout`` makes a writer wait for another instead of failing.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -697,17 +698,20 @@ class SqliteStore:
             row = conn.execute("SELECT concurrency FROM queues WHERE name = ?", (name,)).fetchone()
         return None if row is None else row[0]
 
-    async def next_wake(self, queues: Sequence[str]) -> float | None:
+    async def next_wake(self, queues: Sequence[str], *, after: float | None = None) -> float | None:
         if not queues:
             return None
         names = ", ".join("?" * len(queues))
+        floor = -math.inf if after is None else after
         with self._db("read when runs fall due") as conn:
             (waking,) = conn.execute(
-                f"SELECT MIN(wake_at) FROM runs WHERE queue IN ({names}) AND status = 'waiting'",
-                tuple(queues),
+                f"SELECT MIN(wake_at) FROM runs WHERE queue IN ({names}) AND status = 'waiting' "
+                "AND wake_at > ?",
+                (*queues, floor),
             ).fetchone()
             (scheduled,) = conn.execute(
-                f"SELECT MIN(next_at) FROM schedules WHERE queue IN ({names})", tuple(queues)
+                f"SELECT MIN(next_at) FROM schedules WHERE queue IN ({names}) AND next_at > ?",
+                (*queues, floor),
             ).fetchone()
         times = [t for t in (waking, scheduled) if t is not None]
         return min(times) if times else None

@@ -255,3 +255,15 @@ async def test_firing_keeps_a_run_that_exists_already(store: Store) -> None:
     stored = await store.get_run(run.run_id)
     assert stored is not None
     assert stored.status == "running"  # untouched
+
+
+async def test_next_wake_after_skips_what_fell_due_before(make_store: Callable[..., Store]) -> None:
+    clock = FakeClock(start=1_000.0)
+    store = make_store(clock=clock)
+    await _park(store, "first", wake_at=1_010.0)
+    await _park(store, "second", wake_at=1_050.0)
+    await store.put_schedule(_schedule("tick", next_at=1_030.0))
+    assert await store.next_wake(["default"]) == 1_010.0
+    assert await store.next_wake(["default"], after=1_010.0) == 1_030.0
+    assert await store.next_wake(["default"], after=1_030.0) == 1_050.0
+    assert await store.next_wake(["default"], after=1_050.0) is None
