@@ -1,13 +1,19 @@
-"""Helpers shared by the tests: asyncio-only tests, and waiting without sleeping."""
+"""Helpers shared by the tests: asyncio-only tests, waiting without sleeping, workers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import ModuleType
 
 import anyio
 import anyio.lowlevel
 import pytest
 
+from agency_runtime import RunStatus, Store, Worker
 from agency_runtime.testing import FakeClock
 
 LITELLM = "litellm's async code runs on asyncio only"
@@ -54,3 +60,47 @@ async def advance_when_blocked(clock: FakeClock, *steps: float) -> None:
     for seconds in steps:
         await anyio.wait_all_tasks_blocked()
         clock.advance(seconds)
+
+
+@asynccontextmanager
+async def serving(worker: Worker, *others: Worker) -> AsyncIterator[Worker]:
+    """Run the workers for the duration of the block (``as`` gives the first), then drain
+    them (at once when the block failed)."""
+    workers = (worker, *others)
+    async with anyio.create_task_group() as group:
+        for each in workers:
+            group.start_soon(each.run)
+        try:
+            yield worker
+        except BaseException:
+            for each in workers:
+                await each.drain(timeout=0)  # the test failed: stop at once
+            raise
+        with anyio.fail_after(30):
+            for each in workers:
+                await each.drain()
+
+
+async def wait_for_status(store: Store, run_id: str, status: RunStatus) -> None:
+    """Look at the store (a bounded poll, 20 s) until run ``run_id`` has ``status``."""
+    with anyio.fail_after(20):
+        while True:
+            record = await store.get_run(run_id)
+            if record is not None and record.status == status:
+                return
+            await anyio.sleep(0.005)  # another task's (or process's) progress, not a timer
+
+
+def app_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str
+) -> Iterator[ModuleType]:
+    """For an ``app`` fixture (``yield from``): the application ``source`` written to
+    ``tmp_path / f"{name}.py"`` for worker processes to import, imported here too (so this
+    process can enqueue its entries), with ``LEDGER`` naming an empty ``ledger.txt`` beside it."""
+    (tmp_path / f"{name}.py").write_text(source)
+    (tmp_path / "ledger.txt").touch()
+    monkeypatch.setenv("LEDGER", str(tmp_path / "ledger.txt"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(name, None)
+    yield importlib.import_module(name)
+    sys.modules.pop(name, None)

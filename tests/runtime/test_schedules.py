@@ -5,8 +5,8 @@ with a fake clock."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 
 import anyio
@@ -22,6 +22,7 @@ from agency_runtime import (
 )
 from agency_runtime._boundary._schedules import latest_due, next_after, occurrence_run_id
 from agency_runtime.testing import FakeClock
+from tests.support import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -45,17 +46,6 @@ def clocked(fake_clock: FakeClock, make_store: Callable[..., Store]) -> tuple[Fa
 def tick(label: str = "tick") -> str:
     RAN[agency.ctx().run_id or ""] += 1
     return label
-
-
-@asynccontextmanager
-async def serving(*workers: Worker) -> AsyncIterator[None]:
-    async with anyio.create_task_group() as group:
-        for worker in workers:
-            group.start_soon(worker.run)
-        yield
-        with anyio.fail_after(30):
-            for worker in workers:
-                await worker.drain()
 
 
 async def _runs(store: Store, count: int) -> list[str]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -25,7 +24,7 @@ from agency_runtime import (
     agency,
 )
 from agency_runtime.testing import FakeClock
-from tests.support import wait_for
+from tests.support import serving, wait_for, wait_for_status
 
 pytestmark = pytest.mark.anyio
 
@@ -82,29 +81,6 @@ async def timeout_caught() -> str:
         CALLS["timed out"] += 1
         return "gave up"
     return "got it"
-
-
-@asynccontextmanager
-async def serving(worker: Worker) -> AsyncIterator[Worker]:
-    async with anyio.create_task_group() as group:
-        group.start_soon(worker.run)
-        try:
-            yield worker
-        except BaseException:
-            await worker.drain(timeout=0)
-            raise
-        with anyio.fail_after(30):
-            await worker.drain()
-
-
-async def _status(store: Store, run_id: str, status: str) -> None:
-    """Poll the store (bounded) until run ``run_id`` has ``status``."""
-    with anyio.fail_after(20):
-        while True:
-            record = await store.get_run(run_id)
-            if record is not None and record.status == status:
-                return
-            await anyio.sleep(0.005)
 
 
 async def _sleepers(clock: FakeClock, count: int) -> None:
@@ -208,7 +184,7 @@ async def test_a_waiting_run_gets_the_event_sent_meanwhile(
             results.append(await agency.run(listener, run_id="live", store=store))
 
         group.start_soon(go)
-        await _status(store, "live", "running")
+        await wait_for_status(store, "live", "running")
         await anyio.sleep(0.02)
         await agency.runs.send("live", "paid", [1, 2], store=store)
     assert results[0].value == [1, 2]
@@ -301,7 +277,7 @@ async def test_a_worker_parks_a_long_sleep_and_continues_it_when_due(
     start = clock.time()
     async with serving(Worker(store, park_after=60, poll=0.05, concurrency=1)) as worker:
         await agency.enqueue(napper, 7200, run_id="parked", store=store)
-        await _status(store, "parked", "waiting")
+        await wait_for_status(store, "parked", "waiting")
         record = await agency.runs.get("parked", store=store)
         assert record.wake_at == clock.time() + 7200
         assert record.lease_owner is None
@@ -336,7 +312,7 @@ async def test_a_parked_wait_for_an_event_wakes_when_it_comes(
     _, store = clocked
     async with serving(Worker(store, park_after=0, poll=0.05)):
         await agency.enqueue(listener, run_id="parked-listener", store=store)
-        await _status(store, "parked-listener", "waiting")
+        await wait_for_status(store, "parked-listener", "waiting")
         record = await agency.runs.get("parked-listener", store=store)
         assert (record.wake_at, record.waiting_for) == (None, ["paid"])
         await agency.runs.send("parked-listener", "paid", "ok", store=store)
@@ -350,7 +326,7 @@ async def test_a_parked_wait_with_a_timeout_times_out_on_time(
     clock, store = clocked
     async with serving(Worker(store, park_after=10, poll=0.05)):
         await agency.enqueue(timeout_caught, run_id="give-up", store=store)
-        await _status(store, "give-up", "waiting")
+        await wait_for_status(store, "give-up", "waiting")
         record = await agency.runs.get("give-up", store=store)
         assert record.wake_at == clock.time() + 30
         clock.advance(30)
@@ -362,7 +338,7 @@ async def test_runs_wait_waits_through_a_parked_run(clocked: tuple[FakeClock, St
     clock, store = clocked
     async with serving(Worker(store, park_after=0, poll=0.05)):
         await agency.enqueue(napper, 600, run_id="through", store=store)
-        await _status(store, "through", "waiting")
+        await wait_for_status(store, "through", "waiting")
         with pytest.raises(Exception, match="still waiting"):
             await agency.runs.wait("through", store=store, timeout=0.05)
         clock.advance(600)
@@ -403,7 +379,7 @@ async def test_a_parked_run_resumed_by_hand_waits_what_remains_in_process(
     start = clock.time()
     await agency.enqueue(napper, 600, run_id="by-hand", store=store)
     async with serving(Worker(store, park_after=0, poll=0.05)):
-        await _status(store, "by-hand", "waiting")  # then no worker is left
+        await wait_for_status(store, "by-hand", "waiting")  # then no worker is left
     clock.advance(100)
     async with anyio.create_task_group() as group:
         results: list[Any] = []
@@ -422,7 +398,7 @@ async def test_a_cancelled_parked_run_never_wakes(clocked: tuple[FakeClock, Stor
     clock, store = clocked
     async with serving(Worker(store, park_after=0, poll=0.05)):
         await agency.enqueue(napper, 60, run_id="doomed", store=store)
-        await _status(store, "doomed", "waiting")
+        await wait_for_status(store, "doomed", "waiting")
         await agency.runs.cancel("doomed", store=store)
         clock.advance(120)
         await anyio.sleep(0.1)

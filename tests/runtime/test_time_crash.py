@@ -10,10 +10,8 @@ SIGKILLs; time is real but short (sleeps of a second or two, leases of one secon
 from __future__ import annotations
 
 import calendar
-import importlib
 import os
 import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from pydantic_core import from_json
 
 from agency_runtime import Store, agency
 from tests.forked import ForkedProcess, ForkServer
+from tests.support import app_module
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,13 +83,7 @@ def tick() -> str:
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """``timed.py`` in ``tmp_path``, imported here too (so this process can enqueue it)."""
-    (tmp_path / "timed.py").write_text(APP)
-    (tmp_path / "ledger.txt").touch()
-    monkeypatch.setenv("LEDGER", str(tmp_path / "ledger.txt"))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("timed", None)
-    yield importlib.import_module("timed")
-    sys.modules.pop("timed", None)
+    yield from app_module(tmp_path, monkeypatch, "timed", APP)
 
 
 def _worker(

@@ -8,8 +8,7 @@ outcome (``agency.runs.wait``), never a sleep.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -26,7 +25,7 @@ from agency_runtime import (
     approve,
 )
 from agency_runtime.testing import FakeClock
-from tests.support import wait_for
+from tests.support import serving, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -37,20 +36,6 @@ CALLS: Counter[str] = Counter()
 @pytest.fixture(autouse=True)
 def _fresh_calls() -> None:
     CALLS.clear()
-
-
-@asynccontextmanager
-async def serving(worker: Worker) -> AsyncIterator[Worker]:
-    """Run ``worker`` for the duration of the block, then drain it."""
-    async with anyio.create_task_group() as group:
-        group.start_soon(worker.run)
-        try:
-            yield worker
-        except BaseException:
-            await worker.drain(timeout=0)  # the test failed: stop at once
-            raise
-        with anyio.fail_after(30):
-            await worker.drain()
 
 
 def _count(step: str) -> Callable[[], str]:

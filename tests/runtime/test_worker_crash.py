@@ -10,10 +10,8 @@ some run. Workers are real processes (forked by the fork server, ``tests/forked.
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ import pytest
 
 from agency_runtime import Store, agency
 from tests.forked import ForkedProcess, ForkServer
+from tests.support import app_module
 
 pytestmark = [
     pytest.mark.slow,
@@ -70,13 +69,7 @@ async def job(n: int) -> int:
 @pytest.fixture
 def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """``jobs.py`` in ``tmp_path``, imported here too (so this process can enqueue it)."""
-    (tmp_path / "jobs.py").write_text(APP)
-    (tmp_path / "ledger.txt").touch()
-    monkeypatch.setenv("LEDGER", str(tmp_path / "ledger.txt"))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("jobs", None)
-    yield importlib.import_module("jobs")
-    sys.modules.pop("jobs", None)
+    yield from app_module(tmp_path, monkeypatch, "jobs", APP)
 
 
 def _worker(server: ForkServer, tmp_path: Path, url: str, name: str) -> ForkedProcess:

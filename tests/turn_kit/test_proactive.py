@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import pytest
 from agency_runtime import InvalidArgumentError, MemoryStore, Store, Worker, agency
 from agency_runtime.testing import FakeClock
 from tests.forked import ForkServer
+from tests.support import serving, wait_for_status
 from turn_kit import (
     ProactiveResult,
     TurnConversation,
@@ -365,29 +365,6 @@ def _no_reminders() -> None:
     REMINDERS.clear()
 
 
-@asynccontextmanager
-async def serving(worker: Worker) -> AsyncIterator[Worker]:
-    async with anyio.create_task_group() as group:
-        group.start_soon(worker.run)
-        try:
-            yield worker
-        except BaseException:
-            await worker.drain(timeout=0)
-            raise
-        with anyio.fail_after(30):
-            await worker.drain()
-
-
-async def _status(store: Store, run_id: str, status: str) -> None:
-    """Poll the store (bounded) until run ``run_id`` has ``status``."""
-    with anyio.fail_after(20):
-        while True:
-            record = await store.get_run(run_id)
-            if record is not None and record.status == status:
-                return
-            await anyio.sleep(0.005)
-
-
 async def test_a_two_hour_reminder_parks_survives_a_restart_and_is_sent_once(
     fake_clock: FakeClock, make_store: Callable[..., Store]
 ) -> None:
@@ -395,7 +372,7 @@ async def test_a_two_hour_reminder_parks_survives_a_restart_and_is_sent_once(
     start = clock.time()
     async with serving(Worker(store, park_after=60, poll=0.05)) as worker:
         await agency.enqueue(remind, "call mom", 7200, run_id="remind-1", store=store)
-        await _status(store, "remind-1", "waiting")
+        await wait_for_status(store, "remind-1", "waiting")
         record = await agency.runs.get("remind-1", store=store)
         assert record.wake_at == start + 7200
         assert worker.running == frozenset()  # parked: the slot is free

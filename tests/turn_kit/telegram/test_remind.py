@@ -23,7 +23,7 @@ from examples.telegram_bot import (
     reminder_run_id,
     serve,
 )
-from tests.support import wait_for
+from tests.support import wait_for, wait_for_status
 from turn_kit import agency_ctx, conversation_key, conversation_tag, recall_turn_history
 from turn_kit.telegram import BotApiTransport, FakeBotApi
 
@@ -65,16 +65,6 @@ async def running(
                 stop.set()
 
 
-async def _status(store: Store, run_id: str, status: str) -> None:
-    """Poll the store (bounded) until run ``run_id`` has ``status``."""
-    with anyio.fail_after(20):
-        while True:
-            record = await store.get_run(run_id)
-            if record is not None and record.status == status:
-                return
-            await anyio.sleep(0.005)
-
-
 async def test_a_reminder_survives_a_restart_and_arrives_once(
     fake_clock: FakeClock, make_store: Callable[..., Store]
 ) -> None:
@@ -87,7 +77,7 @@ async def test_a_reminder_survives_a_restart_and_arrives_once(
             await wait_for(lambda: len(api.sent) == 1)
             turn = bot.adapter.runner.run_id_for(CHAT, update["message"]["message_id"])
             reminder = reminder_run_id(turn)
-            await _status(store, reminder, "waiting")  # parked in its sleep: no slot held
+            await wait_for_status(store, reminder, "waiting")  # parked in its sleep: no slot held
             assert (await agency.runs.get(reminder, store=store)).wake_at == (
                 fake_clock.time() + 7200
             )
