@@ -26,7 +26,7 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._clock import Clock
 from ._core._frame import Frame, current_frame, position_of
-from ._core._jsondata import check_text, json_problem
+from ._core._jsondata import check_name, json_problem
 from ._durable._effect import journaled
 from ._durable._journal import RunJournal, journal_of
 from ._errors import EventTimeoutError, InvalidArgumentError, NotInRunError, RunParked
@@ -44,8 +44,6 @@ __all__ = [
 EVENT_POLL_SECONDS = 0.5
 """How often a wait for an event looks at the store when no wake-up comes (events sent by
 another process to a store without notifications)."""
-
-_MAX_NAME = 200
 
 
 def check_seconds(value: object, what: str) -> float:
@@ -67,18 +65,7 @@ def check_seconds(value: object, what: str) -> float:
 
 def check_event_name(name: object) -> str:
     """``name`` when it is a usable event name; else an InvalidArgumentError."""
-    if (
-        not isinstance(name, str)
-        or not name.strip()
-        or len(name) > _MAX_NAME
-        or any(ord(c) < 32 for c in name)
-    ):
-        raise InvalidArgumentError(
-            f"an event name must be a non-empty string of at most {_MAX_NAME} printable "
-            f"characters, like 'payment.settled', got {name!r:.80}"
-        )
-    check_text(name, "an event name")
-    return name
+    return check_name(name, "an event name", "payment.settled")
 
 
 def encode_payload(payload: Any) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from .._core._jsondata import check_name
 from .._durable._entries import location_ref
 from .._durable._values import check_entry, encode_arguments
 from .._errors import InvalidArgumentError, RunWaitTimeoutError
@@ -35,17 +36,7 @@ _MAX_QUEUE = 200
 
 def check_queue(queue: object) -> str:
     """``queue`` when it is a usable queue name; else an :class:`InvalidArgumentError`."""
-    if (
-        not isinstance(queue, str)
-        or not queue.strip()
-        or len(queue) > _MAX_QUEUE
-        or any(ord(c) < 32 for c in queue)
-    ):
-        raise InvalidArgumentError(
-            f"a queue name must be a non-empty string of at most {_MAX_QUEUE} printable "
-            f"characters, like 'default' or 'emails', got {queue!r:.80}"
-        )
-    return queue
+    return check_name(queue, "a queue name", "emails", limit=_MAX_QUEUE)
 
 
 async def enqueue(

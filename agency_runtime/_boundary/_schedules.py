@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .._core._jsondata import check_text
+from .._core._jsondata import check_name
 from .._durable._values import check_entry, encode_arguments
 from .._errors import InvalidArgumentError, ScheduleNotFoundError
 from .._store import RunRecord, Store
@@ -33,8 +33,6 @@ __all__ = [
     "next_after",
     "occurrence_run_id",
 ]
-
-_MAX_NAME = 200
 
 
 def _zone(name: str) -> tzinfo:
@@ -79,20 +77,8 @@ def occurrence_run_id(name: str, at: float) -> str:
 
 
 def _check_name(name: object) -> str:
-    if (
-        not isinstance(name, str)
-        or not name.strip()
-        or len(name) > _MAX_NAME
-        or any(ord(c) < 32 for c in name)
-        or "@" in name
-    ):
-        raise InvalidArgumentError(
-            f"a schedule name must be a non-empty string of at most {_MAX_NAME} printable "
-            f"characters without '@' (run ids are 'name@time'), like 'daily-digest', got "
-            f"{name!r:.80}"
-        )
-    check_text(name, "a schedule name")
-    return name
+    # no "@": an occurrence's run id is "name@time"
+    return check_name(name, "a schedule name", "daily-digest", without="@")
 
 
 def _check_timing(cron: object, every: object, timezone: object) -> tuple[str | None, float | None]:

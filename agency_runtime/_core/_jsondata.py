@@ -107,3 +107,30 @@ def check_text(text: str, what: str) -> None:
             "valid UTF-8 and cannot be stored; replace it (e.g. text.encode('utf-8', "
             "'replace').decode())"
         ) from None
+
+
+def check_name(
+    value: object, what: str, example: str, *, limit: int = 200, without: str = ""
+) -> str:
+    """``value`` when it is a usable name (a queue, an event, a schedule, a change id); else
+    an ``InvalidArgumentError`` saying what ``what`` must be, with ``example``.
+
+    Usable: a non-empty string of at most ``limit`` printable characters (no control
+    characters), storable as UTF-8, holding none of the characters in ``without``.
+    """
+    if (
+        not isinstance(value, str)
+        or not value.strip()
+        or len(value) > limit
+        or any(ord(c) < 32 for c in value)
+        or any(c in value for c in without)
+    ):
+        from .._errors import InvalidArgumentError
+
+        extra = f" without {', '.join(repr(c) for c in without)}" if without else ""
+        raise InvalidArgumentError(
+            f"{what} must be a non-empty string of at most {limit} printable characters"
+            f"{extra}, like {example!r}, got {value!r:.80}"
+        )
+    check_text(value, what)
+    return value
