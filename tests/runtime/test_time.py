@@ -419,3 +419,33 @@ async def test_a_parked_sleep_wakes_on_time_on_the_real_clock(store: Store) -> N
     wake_at = float(slept.result)
     assert wake_at <= result.value < wake_at + 1.0  # not at the 5 s poll
     assert record.attempts == 2  # parked once, then continued
+
+
+@agency.entry
+async def sleeps_in_a_step() -> str:
+    async def body(s: Any) -> str:
+        async def wait_then_work() -> str:
+            CALLS["step started"] += 1
+            await agency.sleep(300)
+            return "worked"
+
+        return str(await s.step(wait_then_work, name="wait-then-work"))
+
+    return str(await agency.with_resumable_scope("inner", body))
+
+
+async def test_a_sleep_inside_a_step_parks_and_the_step_runs_again_after_it(
+    clocked: tuple[FakeClock, Store],
+) -> None:
+    """The step is not committed while it sleeps: it runs again when the run wakes, and its
+    sleep (journaled on its own) ends when it was due, not 300 s after the wake-up."""
+    clock, store = clocked
+    async with serving(Worker(store, park_after=0, poll=0.05)):
+        await agency.enqueue(sleeps_in_a_step, run_id="inside", store=store)
+        await wait_for_status(store, "inside", "waiting")
+        clock.advance(300)
+        result = await agency.runs.wait("inside", store=store, timeout=10)
+    assert result.value == "worked"
+    assert CALLS["step started"] == 2
+    names = [e.name for e in await agency.runs.journal("inside", store=store)]
+    assert names == ["agency.sleep", "wait-then-work"]
