@@ -57,6 +57,7 @@ from ._errors import (
     StoreSchemaError,
     StoreUnavailableError,
     StructuredOutputError,
+    ToolRoundsExceededError,
 )
 from ._facade import agency
 from ._guards import CostGuard, TimeGuard
@@ -69,9 +70,12 @@ from ._llm._provider import (
     EmbedResponse,
     StreamEnd,
     TextDelta,
+    ToolCall,
+    ToolSpec,
     Usage,
 )
 from ._llm._registry import register_provider, unregister_provider
+from ._llm._tools import Tool
 from ._locks import HeldLock
 from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
 from ._scope import ResumableScope, ResumableScopeOpts
@@ -193,6 +197,10 @@ __all__ = [
     "ThreadStore",
     "ThreadStoreData",
     "TimeGuard",
+    "Tool",
+    "ToolCall",
+    "ToolRoundsExceededError",
+    "ToolSpec",
     "Usage",
     "Worker",
     "__version__",

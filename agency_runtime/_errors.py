@@ -43,6 +43,7 @@ Tree::
     ├── LockReentryError
     ├── LockTimeoutError
     ├── LLMCallError
+    │   └── ToolRoundsExceededError
     ├── ProviderError
     └── StructuredOutputError
 
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from ._types import Checkpoint, Interrupt, RunResult
 
 __all__ = [
+    "ToolRoundsExceededError",
     "TRANSIENT_KINDS",
     "AgencyCancelledError",
     "AgencyError",
@@ -375,6 +377,10 @@ class LLMCallError(AgencyError):
         self.model = model
         self.attempts = attempts
         super().__init__(message)
+
+
+class ToolRoundsExceededError(LLMCallError):
+    """The model kept calling tools for ``max_tool_rounds`` rounds without answering."""
 
 
 class ProviderError(AgencyError):

@@ -43,17 +43,33 @@ THREAD_CHANGE_KINDS = frozenset({"new", "push", "queue", "take"})
 
 
 class Message(BaseModel):
-    """One message of a thread. Immutable."""
+    """One message of a thread. Immutable.
+
+    An assistant message that called tools carries them in ``tool_calls`` (the OpenAI shape
+    providers accept back: ``{"id", "type": "function", "function": {"name",
+    "arguments"}}``); a ``tool`` message is one call's result, naming it by
+    ``tool_call_id``.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     role: Role
     content: MessageContent
     label: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def to_llm(self) -> dict[str, Any]:
-        """The ``{"role", "content"}`` dict an LLM provider expects."""
-        return {"role": self.role, "content": self.content}
+        """The ``{"role", "content"}`` dict (with tool fields when set) providers expect."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        return message
 
 
 class QueuedMessage(BaseModel):

@@ -34,6 +34,7 @@ from .._errors import (
     LLMCallError,
     NondeterminismError,
     StructuredOutputError,
+    ToolRoundsExceededError,
 )
 from .._types import JournalEntry
 from ._journal import RunJournal, journal_of
@@ -66,8 +67,9 @@ def _failure_from(text: str) -> Exception:
         return StructuredOutputError(
             message, raw=str(data.get("raw", "")), errors=[str(e) for e in data["errors"]]
         )
-    if kind == "LLMCallError":
-        return LLMCallError(
+    if kind in ("LLMCallError", "ToolRoundsExceededError"):
+        error = LLMCallError if kind == "LLMCallError" else ToolRoundsExceededError
+        return error(
             message, model=str(data.get("model", "")), attempts=int(data.get("attempts", 0))
         )
     if kind == "EventTimeoutError":

@@ -17,6 +17,7 @@ toward the guards. After the call a guard it pushed over its budget raises a res
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -27,13 +28,14 @@ from typing import Any, TypeVar
 
 import anyio
 from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from .._core._branches import qualify
 from .._core._cancel import AbortSignal, abort_reason, cancelled_by
 from .._core._frame import Frame, current_frame, position_of
+from .._core._jsondata import json_problem
 from .._core._money import usd_to_pico
-from .._core._threads import MessageContent, MessageThread
+from .._core._threads import Message, MessageContent, MessageThread
 from .._durable._effect import RECORDED_FAILURES, journaled
 from .._durable._journal import journal_of
 from .._errors import (
@@ -41,13 +43,25 @@ from .._errors import (
     InvalidArgumentError,
     LLMCallError,
     NoModelError,
+    StepResultError,
     StructuredOutputError,
+    ToolRoundsExceededError,
 )
 from .._guards import charge, gate
-from ._provider import DEFAULT_TIMEOUT, ChatRequest, ChatResponse, ProviderError, Usage
+from ._provider import (
+    DEFAULT_TIMEOUT,
+    ChatRequest,
+    ChatResponse,
+    ProviderError,
+    StreamEnd,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
 from ._registry import provider_for
+from ._tools import Tool, ValidationFailure, as_tools
 
-__all__ = ["DEFAULT_TIMEOUT", "bill", "llm", "with_transient_retries"]
+__all__ = ["DEFAULT_TIMEOUT", "MAX_TOOL_ROUNDS", "bill", "llm", "with_transient_retries"]
 
 logger = logging.getLogger("agency_runtime.llm")
 
@@ -62,6 +76,15 @@ FEEDBACK = (
     "Your previous response did not match the required output format. Errors:\n{errors}\n"
     "Respond again with only a JSON document that matches the schema."
 )
+
+MAX_TOOL_ROUNDS = 8
+"""Rounds of tool calls ``agency.llm`` allows before it gives up (``max_tool_rounds``)."""
+
+TOOL_APPROVAL = "std::tool-approval"
+"""The effect of the interrupt a ``needs_approval`` tool asks before it runs."""
+
+TokenCallback = Callable[[str], Awaitable[None] | None]
+"""``on_token(delta)``: called with each piece of a streamed answer, in order."""
 
 _unpriced: set[str] = set()
 _adapters: dict[object, TypeAdapter[Any]] = {}
@@ -142,6 +165,18 @@ def _check_options(max_tokens: int | None, retries: int | None, timeout: float |
         raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
 
 
+def _check_rounds(max_tool_rounds: object) -> int:
+    if (
+        isinstance(max_tool_rounds, bool)
+        or not isinstance(max_tool_rounds, int)
+        or max_tool_rounds < 1
+    ):
+        raise InvalidArgumentError(
+            f"max_tool_rounds must be a whole number >= 1, got {max_tool_rounds!r}"
+        )
+    return max_tool_rounds
+
+
 async def llm(
     prompt: MessageContent,
     *,
@@ -151,6 +186,9 @@ async def llm(
     max_tokens: int | None = None,
     retries: int | None = None,
     timeout: float | None = None,
+    tools: list[Tool | Callable[..., Any]] | None = None,
+    max_tool_rounds: int = MAX_TOOL_ROUNDS,
+    on_token: TokenCallback | None = None,
 ) -> Any:
     """Ask the model; return its answer (``str``, or an instance of ``schema``).
 
@@ -159,6 +197,14 @@ async def llm(
     ``retries`` counts structured-output validation retries (default 1); transient
     provider errors are retried separately. ``timeout`` bounds each request (seconds).
     An empty prompt returns ``""`` and does nothing else.
+
+    ``tools``: functions (or :func:`agency.tool <agency_runtime._llm._tools.tool>` values)
+    the model may call. Each round's model answer and each tool execution are journaled
+    steps of their own (``tool:<name>``), so a run resumed in the middle of the loop never
+    runs a completed tool again; a tool's error, unknown tool names and arguments that fail
+    validation are fed back to the model; more than ``max_tool_rounds`` rounds of calls
+    raise :class:`ToolRoundsExceededError`. ``on_token(delta)`` (sync or async) streams the
+    answer's text as it arrives; a replayed call gives it the recorded text in one piece.
     """
     frame = current_frame("llm()")
     if _is_empty(prompt):
@@ -168,6 +214,10 @@ async def llm(
             f"the prompt must be a string or a list of content parts, got {type(prompt).__name__}"
         )
     _check_options(max_tokens, retries, timeout)
+    rounds = _check_rounds(max_tool_rounds)
+    if on_token is not None and not callable(on_token):
+        raise InvalidArgumentError(f"on_token must be a callable, got {type(on_token).__name__}")
+    chosen_tools = {} if tools is None else as_tools(tools)
     target = _resolve_thread(frame, thread)
     chosen = _resolve_model(frame, model)
     adapter = None if schema is None else _adapter(schema)
@@ -176,18 +226,22 @@ async def llm(
     branch, ordinal = journal.count(address, "llm")
     segment = qualify(branch, f"llm#{ordinal}")
     path = f"{address}/{segment}" if address else segment
-    value, _text = await journaled(
+    call = _Call(
+        frame, path, target, chosen, schema, adapter, timeout, max_tokens, chosen_tools, on_token
+    )
+    replayed = journal.entries.get(path) is not None
+    value, text = await journaled(
         frame,
         path,
         "agency.llm",
-        lambda: _converse(
-            frame, target, prompt, chosen, schema, adapter, retries, timeout, max_tokens
-        ),
+        lambda: _converse(call, prompt, retries, rounds),
         encode=lambda outcome: _recorded(outcome, adapter),
         decode=lambda recorded: _revived(recorded, adapter),
         callsite=chosen,
         failures=RECORDED_FAILURES,
     )
+    if replayed and on_token is not None and text:
+        await _emit(on_token, text)  # a replay streams the recorded answer in one piece
     await gate(frame)
     return value
 
@@ -206,27 +260,78 @@ def _revived(recorded: Any, adapter: TypeAdapter[Any] | None) -> tuple[Any, str]
     return (text if adapter is None else adapter.validate_python(recorded["value"])), text
 
 
-async def _converse(
-    frame: Frame,
-    thread: MessageThread,
-    prompt: MessageContent,
-    model: str,
-    schema: Any,
-    adapter: TypeAdapter[Any] | None,
-    retries: int | None,
-    timeout: float | None,
-    max_tokens: int | None,
-) -> tuple[Any, str]:
+class _Call:
+    """What one ``agency.llm`` call asks, shared by its rounds."""
+
+    __slots__ = (
+        "adapter",
+        "frame",
+        "max_tokens",
+        "model",
+        "on_token",
+        "path",
+        "schema",
+        "thread",
+        "timeout",
+        "tools",
+    )
+
+    def __init__(
+        self,
+        frame: Frame,
+        path: str,
+        thread: MessageThread,
+        model: str,
+        schema: Any,
+        adapter: TypeAdapter[Any] | None,
+        timeout: float | None,
+        max_tokens: int | None,
+        tools: dict[str, Tool],
+        on_token: TokenCallback | None,
+    ) -> None:
+        self.frame, self.path, self.thread, self.model = frame, path, thread, model
+        self.schema, self.adapter, self.timeout, self.max_tokens = (
+            schema,
+            adapter,
+            timeout,
+            max_tokens,
+        )
+        self.tools, self.on_token = tools, on_token
+
+
+def _deliver_queued(thread: MessageThread) -> None:
     for queued in thread.take_queued():
         thread.add(queued.role, queued.content, queued.label)
+
+
+async def _converse(
+    call: _Call, prompt: MessageContent, retries: int | None, max_rounds: int
+) -> tuple[Any, str]:
+    thread, adapter = call.thread, call.adapter
+    _deliver_queued(thread)
     thread.add("user", prompt)
     attempts = (1 if retries is None else retries) + 1
-    for attempt in range(1, attempts + 1):
-        response = await _request(frame, thread, model, schema, timeout, max_tokens)
-        text = response.text
-        thread.add("assistant", text)
-        pico, tokens = bill(response.cost, response.usage, model)
-        charge(frame, pico=pico, tokens=tokens, enforce=False)
+    attempt, rounds, turn, executed = 1, 0, 0, 0
+    while True:
+        text, calls = await _round(call, turn)
+        turn += 1
+        if calls:
+            rounds += 1
+            if rounds > max_rounds:
+                raise ToolRoundsExceededError(
+                    f"the model {call.model!r} still called tools after {max_rounds} round(s) "
+                    f"({', '.join(c.name for c in calls)}) without answering; raise "
+                    "max_tool_rounds, or tell it in the prompt when to stop",
+                    model=call.model,
+                    attempts=rounds,
+                )
+            if call.tools:
+                await gate(call.frame)  # a guard over budget stops the loop between rounds
+            for tool_call in calls:
+                await _run_tool(call, tool_call, executed)
+                executed += 1
+            _deliver_queued(thread)  # queued messages follow a round's tool results
+            continue
         if adapter is None:
             return text, text
         try:
@@ -240,8 +345,137 @@ async def _converse(
                     raw=text,
                     errors=errors,
                 ) from exc
+            attempt += 1
             thread.add("user", FEEDBACK.format(errors="\n".join(f"- {e}" for e in errors)))
-    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
+    """One request to the model and its answer on the thread, billed.
+
+    With tools each round is a journaled unit of its own (``…/round#N``): a run resumed in
+    the middle of a tool loop replays the rounds it had instead of asking again.
+    """
+
+    async def ask() -> tuple[str, list[ToolCall]]:
+        response = await _request(call)
+        calls = list(response.tool_calls)
+        if calls:
+            call.thread.push(
+                Message.model_construct(
+                    role="assistant",
+                    content=response.text,
+                    label=None,
+                    tool_calls=[c.to_openai() for c in calls],
+                    tool_call_id=None,
+                    name=None,
+                )
+            )
+        else:
+            call.thread.add("assistant", response.text)
+        pico, tokens = bill(response.cost, response.usage, call.model)
+        charge(call.frame, pico=pico, tokens=tokens, enforce=False)
+        return response.text, calls
+
+    if not call.tools:
+        return await ask()
+    return await journaled(
+        call.frame,
+        f"{call.path}/round#{turn}",
+        "agency.llm:round",
+        ask,
+        encode=lambda outcome: {
+            "text": outcome[0],
+            "calls": [[c.id, c.name, c.arguments] for c in outcome[1]],
+        },
+        decode=lambda data: (
+            str(data["text"]),
+            [ToolCall(str(i), str(n), str(a)) for i, n, a in data["calls"]],
+        ),
+        callsite=call.model,
+        failures=RECORDED_FAILURES,
+    )
+
+
+async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
+    """Execute one tool call as a journaled step (``tool:<name>``) and put its result on the
+    thread; what went wrong is the result the model reads."""
+    chosen = call.tools.get(tool_call.name)
+
+    async def execute() -> str:
+        if chosen is None:
+            known = ", ".join(sorted(call.tools)) or "none"
+            return f"Error: there is no tool named {tool_call.name!r} (tools: {known})"
+        try:
+            arguments = chosen.parse(tool_call.arguments)
+        except ValidationFailure as exc:
+            return f"Error: the arguments of {chosen.name!r} are not valid: {_brief(exc)}"
+        if chosen.needs_approval:
+            from .._interrupts import ask  # interrupts sit beside this layer, not below it
+
+            shown = from_json_safe(tool_call.arguments)
+            answer = await ask(
+                call.frame,
+                TOOL_APPROVAL,
+                f"The model wants to call {chosen.name}({tool_call.arguments}). Allow it?",
+                {"tool": chosen.name, "arguments": shown},
+            )
+            if not answer.approved:
+                why = f": {answer.value}" if answer.value else ""
+                return f"The call of {chosen.name!r} was refused by a human{why}"
+        try:
+            result = chosen.fn(**arguments)
+            if inspect.isawaitable(result):
+                result = await result
+        except AgencyError:
+            raise
+        except Exception as exc:  # the model reads what went wrong, and may try again
+            return f"Error: {chosen.name} raised {type(exc).__name__}: {exc}"
+        problem = json_problem(result)
+        if problem is not None:
+            raise StepResultError(
+                f"tool {chosen.name!r} returned a value that cannot be journaled as JSON: "
+                f"{problem}; return JSON data (str, numbers, lists, dicts) or a pydantic model"
+            )
+        return result if isinstance(result, str) else to_json(result).decode()
+
+    name = tool_call.name if chosen is None else chosen.name
+    content = await journaled(
+        call.frame,
+        f"{call.path}/tool#{index}",
+        f"tool:{name}",
+        execute,
+        encode=lambda text: text,
+        decode=str,
+        callsite=tool_call.id,
+    )
+    call.thread.push(
+        Message.model_construct(
+            role="tool",
+            content=content,
+            label=None,
+            tool_calls=None,
+            tool_call_id=tool_call.id,
+            name=name,
+        )
+    )
+
+
+def from_json_safe(text: str) -> Any:
+    """The model's arguments as data for an approval question (the text when not JSON)."""
+    try:
+        return from_json(text or "{}")
+    except ValueError:
+        return text
+
+
+def _brief(exc: Exception) -> str:
+    return "; ".join(_errors_of(exc))[:500]
+
+
+async def _emit(on_token: TokenCallback, delta: str) -> None:
+    result = on_token(delta)
+    if inspect.isawaitable(result):
+        await result
 
 
 def _errors_of(exc: Exception) -> list[str]:
@@ -325,16 +559,10 @@ async def with_transient_retries(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _request(
-    frame: Frame,
-    thread: MessageThread,
-    model: str,
-    schema: Any,
-    timeout: float | None,
-    max_tokens: int | None,
-) -> ChatResponse:
+async def _request(call: _Call) -> ChatResponse:
+    model, schema, timeout, max_tokens = call.model, call.schema, call.timeout, call.max_tokens
     provider = provider_for(model)
-    messages = thread.to_llm_messages()
+    messages = call.thread.to_llm_messages()
     output: type[BaseModel] | None = None
     if schema is not None:
         output = _response_format(schema)
@@ -351,9 +579,44 @@ async def _request(
         timeout=DEFAULT_TIMEOUT if timeout is None else float(timeout),
         max_tokens=max_tokens,
         response_format=output,
+        tools=tuple(tool.spec for tool in call.tools.values()),
     )
+    on_token = call.on_token
+    if on_token is None:
+        return await with_transient_retries(
+            lambda: provider.complete(request), model=model, signal=call.frame.stack.abort_signal
+        )
+    streamed: list[str] = []
+
+    async def stream() -> ChatResponse:
+        if streamed:  # a stream cut after it gave text cannot be taken back: fail clearly
+            raise LLMCallError(
+                f"the stream from {model!r} was cut after {len(''.join(streamed))} "
+                "characters of its answer",
+                model=model,
+                attempts=1,
+            )
+        async for event in provider.stream(request):
+            if isinstance(event, TextDelta):
+                if event.text:
+                    streamed.append(event.text)
+                    await _emit(on_token, event.text)
+            elif isinstance(event, StreamEnd):
+                return ChatResponse(
+                    text=event.text,
+                    usage=event.usage,
+                    cost=event.cost,
+                    tool_calls=event.tool_calls,
+                    raw=event.raw,
+                )
+        raise ProviderError(
+            f"the stream from {model!r} ended without its last event",
+            kind="connection",
+            model=model,
+        )
+
     return await with_transient_retries(
-        lambda: provider.complete(request), model=model, signal=frame.stack.abort_signal
+        stream, model=model, signal=call.frame.stack.abort_signal, what="stream"
     )
 
 

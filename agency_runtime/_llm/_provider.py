@@ -38,6 +38,8 @@ __all__ = [
     "StreamEnd",
     "StreamEvent",
     "TextDelta",
+    "ToolCall",
+    "ToolSpec",
     "Usage",
     "json_schema_format",
 ]
@@ -64,6 +66,46 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the model may call: its name, what it does, and its arguments' JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    """A JSON schema of type ``object`` for the call's arguments."""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The ``{"type": "function", "function": {...}}`` form providers accept."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call of a tool the model asked for, as it sent it."""
+
+    id: str
+    """The provider's id of the call (tool results name it)."""
+    name: str
+    arguments: str
+    """The JSON text of the arguments, as the model wrote it (it may not be valid)."""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The assistant message's ``tool_calls`` item providers accept back."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     """One chat completion to ask a provider for."""
 
@@ -79,6 +121,8 @@ class ChatRequest:
     """The pydantic model the answer must be a JSON document of, sent as a JSON-schema
     response format. The caller sets it only when :meth:`ChatProvider.supports_schema` said
     yes; otherwise the schema travels as an instruction in ``messages``."""
+    tools: tuple[ToolSpec, ...] = ()
+    """Tools the model may call instead of answering (none: a plain completion)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +137,8 @@ class ChatResponse:
     """What the request cost in US dollars, or ``None`` when the provider cannot say."""
     model: str | None = None
     """The model that answered, as the provider reports it."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tools the model called (its turn then has ``text`` as an optional note)."""
     raw: Any = field(default=None, repr=False, compare=False)
     """The provider library's own response object, for debugging (never journaled)."""
 
@@ -113,6 +159,8 @@ class StreamEnd:
     usage: Usage = field(default_factory=Usage)
     cost: float | None = None
     """US dollars, or ``None`` when unknown."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Tools the model called, assembled from the stream's pieces."""
     raw: Any = field(default=None, repr=False, compare=False)
 
 
