@@ -75,6 +75,7 @@ from ._llm._provider import (
     Usage,
 )
 from ._llm._registry import register_provider, unregister_provider
+from ._llm._stream import LLMStream
 from ._llm._tools import Tool
 from ._locks import HeldLock
 from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
@@ -145,6 +146,7 @@ __all__ = [
     "JournalCorruptError",
     "JournalEntry",
     "LLMCallError",
+    "LLMStream",
     "LockReentryError",
     "LockTable",
     "LockTimeoutError",

@@ -47,6 +47,7 @@ from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_
 from ._interrupts import handler, interrupt, with_handler
 from ._llm._chat import llm
 from ._llm._litellm import start_preload
+from ._llm._stream import llm_stream
 from ._llm._tools import tool
 from ._locks import lock, with_lock
 from ._memory import MemoryNamespace
@@ -170,6 +171,7 @@ class Agency:
     restore = staticmethod(restore)
     llm = staticmethod(llm)
     tool = staticmethod(tool)
+    llm_stream = staticmethod(llm_stream)
     with_lock = staticmethod(with_lock)
     lock = staticmethod(lock)
     with_cost_guard = staticmethod(with_cost_guard)

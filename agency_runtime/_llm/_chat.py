@@ -596,19 +596,28 @@ async def _request(call: _Call) -> ChatResponse:
                 model=model,
                 attempts=1,
             )
-        async for event in provider.stream(request):
-            if isinstance(event, TextDelta):
-                if event.text:
-                    streamed.append(event.text)
-                    await _emit(on_token, event.text)
-            elif isinstance(event, StreamEnd):
-                return ChatResponse(
-                    text=event.text,
-                    usage=event.usage,
-                    cost=event.cost,
-                    tool_calls=event.tool_calls,
-                    raw=event.raw,
-                )
+        events = provider.stream(request)
+        end: StreamEnd | None = None
+        try:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    if event.text:
+                        streamed.append(event.text)
+                        await _emit(on_token, event.text)
+                elif isinstance(event, StreamEnd):
+                    end = event
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()  # a provider's generator is closed here, never by the GC
+        if end is not None:
+            return ChatResponse(
+                text=end.text,
+                usage=end.usage,
+                cost=end.cost,
+                tool_calls=end.tool_calls,
+                raw=end.raw,
+            )
         raise ProviderError(
             f"the stream from {model!r} ended without its last event",
             kind="connection",
