@@ -13,9 +13,16 @@ at the seam with no network and **without importing litellm**:
   transient or permanent failures; every request it receives is recorded in ``.calls``
   (embedding requests in ``.embed_calls``).
 
+A scripted reply (or a reply function's result) is a text, a dict (sent as JSON text), an
+exception (raised), a :class:`FakeToolCall` or a list of them (the model calls those tools
+instead of answering: the response has ``tool_calls`` and the text ``""``), or a
+:class:`FakeStream` (a text streamed as exactly its chunks, ``delay`` seconds apart). The
+built-in models never call tools on their own, even when the request offers some.
+
 Usage and cost are deterministic: ``prompt_tokens`` is the number of whitespace-separated
 words over all message contents plus one per message, ``completion_tokens`` the number of
-words in the reply (at least 1), and the cost is ``prompt_tokens * input_cost_per_token +
+words in the reply, plus the words of each tool call's name and JSON arguments (at least 1),
+and the cost is ``prompt_tokens * input_cost_per_token +
 completion_tokens * output_cost_per_token`` (default prices 1e-6 and 2e-6 USD a token).
 Embeddings are bag-of-words hash vectors (:data:`EMBEDDING_DIMENSIONS` wide, unit length),
 so texts sharing words are close; they cost ``input_cost_per_token`` for each word of the
@@ -34,7 +41,9 @@ custom provider and every fake model is priced with ``litellm.register_model``, 
 ``litellm.acompletion(model="fake/<name>", ...)`` is answered by the same models, with
 litellm's own exceptions for failures. ``FakeModel(..., via_litellm=True)`` makes
 ``agency.llm`` itself go that way (through the litellm provider and litellm's real code),
-for tests of the litellm path.
+for tests of the litellm path. Tool calls and :class:`FakeStream` chunks come out of
+litellm as they would from a real provider (``message.tool_calls``; streamed
+``delta.tool_calls``), so the litellm provider's own parsing is what the test exercises.
 """
 
 from __future__ import annotations
@@ -69,6 +78,7 @@ from ._provider import (
     StreamEnd,
     StreamEvent,
     TextDelta,
+    ToolCall,
     Usage,
     json_schema_format,
 )
@@ -81,6 +91,8 @@ __all__ = [
     "FakeModelExhausted",
     "FakeProvider",
     "FakeRequest",
+    "FakeStream",
+    "FakeToolCall",
     "fake_embedding",
     "fake_provider_installed",
     "reset",
@@ -95,8 +107,6 @@ EMBEDDING_DIMENSIONS = 64
 FailureKind = Literal["rate_limit", "timeout", "server", "connection", "bad_request"]
 _FAILURE_KINDS: tuple[str, ...] = get_args(FailureKind)
 
-Reply = str | dict[str, Any]
-ReplyFunction = Callable[["FakeRequest"], Reply | Awaitable[Reply]]
 
 _BUILTIN_NAMES = ("echo", "json")
 _MAX_SCHEMA_DEPTH = 12
@@ -116,6 +126,115 @@ class FakeModelExhausted(AssertionError):
     """
 
 
+@dataclass(frozen=True, slots=True, init=False)
+class FakeToolCall:
+    """A scripted tool call: the fake model calls tool ``name`` with ``arguments``.
+
+    ``arguments`` is a dict (sent as its JSON text) or the JSON text itself (sent as it is,
+    so a test can script invalid JSON too). ``id`` is the call's id; by default it is
+    ``f"call_{index}_{n}"``: the model's 0-based call index, then the call's position in
+    the response, so ids are deterministic and unique across one model's responses.
+
+    A reply of one ``FakeToolCall``, or a list of them (several calls in one response),
+    makes the response carry those ``tool_calls`` with the text ``""``.
+    """
+
+    name: str
+    arguments: dict[str, Any] | str
+    id: str | None
+
+    def __init__(
+        self, name: str, arguments: dict[str, Any] | str | None = None, id: str | None = None
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"FakeToolCall name must be a str, got {type(name).__name__}")
+        if not name.strip():
+            raise ValueError("FakeToolCall name must be a non-empty string, e.g. 'get_weather'")
+        if arguments is None:
+            arguments = {}
+        if isinstance(arguments, dict):
+            try:
+                json.dumps(arguments)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(
+                    f"FakeToolCall {name!r}: arguments must be JSON-serializable: {exc}"
+                ) from None
+            arguments = dict(arguments)
+        elif not isinstance(arguments, str):
+            raise TypeError(
+                f"FakeToolCall {name!r}: arguments must be a dict or a JSON str, "
+                f"got {type(arguments).__name__}"
+            )
+        if id is not None and (not isinstance(id, str) or not id):
+            raise ValueError(f"FakeToolCall {name!r}: id must be a non-empty str or None")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "arguments", arguments)
+        object.__setattr__(self, "id", id)
+
+    @property
+    def arguments_json(self) -> str:
+        """The arguments as the model sends them: JSON text."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+    def to_tool_call(self, default_id: str) -> ToolCall:
+        """The seam's :class:`~._provider.ToolCall` (``default_id`` when :attr:`id` is unset)."""
+        return ToolCall(id=self.id or default_id, name=self.name, arguments=self.arguments_json)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class FakeStream:
+    """A scripted text answer streamed as exactly ``chunks``, ``delay`` seconds apart.
+
+    A stream yields one text delta per chunk, in order, sleeping ``delay`` seconds
+    (``anyio.sleep``: cancellable) between two chunks; an empty chunk sends no delta. A
+    non-streaming call answers the joined text at once (only ``latency`` is waited).
+    """
+
+    chunks: tuple[str, ...]
+    delay: float
+
+    def __init__(self, chunks: Sequence[str], delay: float = 0.0) -> None:
+        if isinstance(chunks, str | bytes) or not isinstance(chunks, Sequence):
+            raise TypeError("FakeStream chunks must be a sequence of str, e.g. ['Hel', 'lo']")
+        if not all(isinstance(chunk, str) for chunk in chunks):
+            raise TypeError("FakeStream chunks must all be str")
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            raise ValueError(f"FakeStream delay must be a number >= 0, got {delay!r}")
+        object.__setattr__(self, "chunks", tuple(chunks))
+        object.__setattr__(self, "delay", float(delay))
+
+    @property
+    def text(self) -> str:
+        """The whole answer: the chunks joined."""
+        return "".join(self.chunks)
+
+
+Reply = str | dict[str, Any] | FakeToolCall | Sequence[FakeToolCall] | FakeStream
+"""What a scripted reply (or a reply function's result) may be; an exception is raised."""
+ReplyFunction = Callable[["FakeRequest"], "Reply | BaseException | Awaitable[Reply]"]
+"""A reply function: gets the :class:`FakeRequest`, returns (or awaits to) a reply."""
+
+
+@dataclass(frozen=True, slots=True)
+class FakeAnswer:
+    """A fake model's answer, as both paths (the seam, litellm) send it."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    chunks: tuple[str, ...] | None = None
+    """The stream's chunks (:class:`FakeStream`), or ``None``: the text word by word."""
+    delay: float = 0.0
+    """Seconds between two streamed chunks."""
+
+    def pieces(self) -> list[str]:
+        """The stream's text deltas, in order (no empty ones)."""
+        if self.chunks is not None:
+            return [chunk for chunk in self.chunks if chunk]
+        return _pieces(self.text)
+
+
 @dataclass
 class FakeRequest:
     """One request a fake model received (at the seam, or through litellm)."""
@@ -132,7 +251,10 @@ class FakeRequest:
     timeout: float | None
     """The request timeout in seconds, if any."""
     extra: dict[str, Any] = field(default_factory=dict)
-    """Every other optional parameter the provider received (temperature, tools, ...)."""
+    """Every other optional parameter the provider received (temperature, tool_choice, ...)."""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """The tools the request offered, in the OpenAI shape (``{"type": "function",
+    "function": {"name", "description", "parameters"}}``); ``[]`` when none."""
 
 
 class _Errors(Protocol):
@@ -147,9 +269,11 @@ class FakeModel:
     """A scripted, offline chat model answering ``fake/<name>``.
 
     Like pydantic-ai's ``TestModel``/``FunctionModel``: give ``replies`` (answered in order;
-    a dict is sent as JSON text, an exception instance is raised) or a ``function`` that
-    gets a :class:`FakeRequest` and returns the reply (sync or async). With neither, the
-    model echoes the last user message, or generates JSON for a requested schema.
+    a dict is sent as JSON text, an exception instance is raised, a :class:`FakeToolCall`
+    or a list of them calls tools, a :class:`FakeStream` streams its chunks) or a
+    ``function`` that gets a :class:`FakeRequest` and returns the reply (sync or async).
+    With neither, the model echoes the last user message, or generates JSON for a requested
+    schema (it never calls tools on its own).
 
     The first ``fail_times`` calls fail with ``failure``: ``"rate_limit"``, ``"timeout"``,
     ``"server"``, ``"connection"`` (all transient) or ``"bad_request"`` (permanent) — at the
@@ -170,7 +294,7 @@ class FakeModel:
         self,
         name: str = "scripted",
         *,
-        replies: Sequence[str | dict[str, Any] | BaseException] | None = None,
+        replies: Sequence[Reply | BaseException] | None = None,
         function: ReplyFunction | None = None,
         latency: float = 0.0,
         fail_times: int = 0,
@@ -194,9 +318,12 @@ class FakeModel:
                 f"FakeModel failure must be one of {', '.join(_FAILURE_KINDS)}; got {failure!r}"
             )
         self.name = name
-        self.replies: tuple[str | dict[str, Any] | BaseException, ...] | None = (
+        self.replies: tuple[Reply | BaseException, ...] | None = (
             None if replies is None else tuple(replies)
         )
+        for reply in self.replies or ():
+            if isinstance(reply, list | tuple):
+                _tool_calls_of(self, reply)  # fail now, not at the call
         self.function = function
         self.latency = float(latency)
         self.fail_times = fail_times
@@ -283,20 +410,20 @@ class FakeModel:
             raise errors.exhausted(self, _exhausted_message(self, position, index))
         return self.replies[position]
 
-    def answer_sync(self, request: FakeRequest, errors: _Errors) -> str:
+    def answer_sync(self, request: FakeRequest, errors: _Errors) -> FakeAnswer:
         """Answer ``request`` (recorded in :attr:`calls`); for the litellm adapter's sync path."""
         index = self._record(request)
         if self.latency:
             time.sleep(self.latency)
         plan = self._plan(index, request, errors)
         if plan is _CALL_FUNCTION and self.function is not None:
-            result = self.function(request)
+            result: object = self.function(request)
             if inspect.isawaitable(result):
                 result = _run_awaitable(result)
             plan = result
-        return _as_text(self, plan)
+        return _as_answer(self, plan, index)
 
-    async def answer(self, request: FakeRequest, errors: _Errors) -> str:
+    async def answer(self, request: FakeRequest, errors: _Errors) -> FakeAnswer:
         """Answer ``request`` (recorded in :attr:`calls`), raising failures as ``errors`` make
         them: the seam's provider errors, or litellm's exceptions for the litellm adapter."""
         index = self._record(request)
@@ -308,7 +435,7 @@ class FakeModel:
             if inspect.isawaitable(result):
                 result = await result
             plan = result
-        return _as_text(self, plan)
+        return _as_answer(self, plan, index)
 
     async def embed_texts(self, texts: list[str], errors: _Errors) -> list[list[float]]:
         """Embed ``texts`` (recorded in :attr:`embed_calls`), failing as ``errors`` make it."""
@@ -330,11 +457,11 @@ class FakeModel:
             self._embedded = 0
 
 
-async def _await(awaitable: Awaitable[Reply]) -> Reply:
+async def _await(awaitable: Awaitable[object]) -> object:
     return await awaitable
 
 
-def _run_awaitable(awaitable: Awaitable[Reply]) -> Reply:
+def _run_awaitable(awaitable: Awaitable[object]) -> object:
     """Run an async reply function's result from the sync path (sync ``litellm.completion``)."""
     try:
         asyncio.get_running_loop()
@@ -345,16 +472,43 @@ def _run_awaitable(awaitable: Awaitable[Reply]) -> Reply:
         return pool.submit(anyio.run, _await, awaitable).result()
 
 
-def _as_text(model: FakeModel, reply: object) -> str:
+def _tool_calls_of(model: FakeModel, reply: Sequence[object]) -> list[FakeToolCall]:
+    """A list reply's tool calls (it must be a non-empty list of :class:`FakeToolCall`)."""
+    if not reply:
+        raise ValueError(
+            f"FakeModel {model.model!r}: a list reply is tool calls, and this one is empty"
+        )
+    calls: list[FakeToolCall] = []
+    for item in reply:
+        if not isinstance(item, FakeToolCall):
+            raise TypeError(
+                f"FakeModel {model.model!r}: a list reply must hold FakeToolCall items only; "
+                f"got {type(item).__name__}"
+            )
+        calls.append(item)
+    return calls
+
+
+def _as_answer(model: FakeModel, reply: object, index: int) -> FakeAnswer:
+    """``reply`` (a scripted one, or a reply function's) as the answer to call ``index``."""
     if isinstance(reply, BaseException):
         raise reply
     if isinstance(reply, str):
-        return reply
+        return FakeAnswer(reply)
     if isinstance(reply, dict):
-        return json.dumps(reply)
+        return FakeAnswer(json.dumps(reply))
+    if isinstance(reply, FakeStream):
+        return FakeAnswer(reply.text, chunks=reply.chunks, delay=reply.delay)
+    if isinstance(reply, FakeToolCall):
+        reply = [reply]
+    if isinstance(reply, list | tuple):
+        calls = _tool_calls_of(model, reply)
+        return FakeAnswer(
+            "", tool_calls=tuple(c.to_tool_call(f"call_{index}_{n}") for n, c in enumerate(calls))
+        )
     raise TypeError(
-        f"FakeModel {model.model!r}: a reply must be a str, a dict or an exception; "
-        f"got {type(reply).__name__}"
+        f"FakeModel {model.model!r}: a reply must be a str, a dict, a FakeToolCall, a list of "
+        f"FakeToolCall, a FakeStream or an exception; got {type(reply).__name__}"
     )
 
 
@@ -652,9 +806,15 @@ def prompt_tokens(messages: Sequence[dict[str, Any]]) -> int:
     )
 
 
-def chat_usage(messages: Sequence[dict[str, Any]], reply: str) -> Usage:
-    """The fake usage of answering ``messages`` with ``reply``."""
-    return Usage.of(prompt_tokens(messages), max(1, _count_words(reply)))
+def chat_usage(
+    messages: Sequence[dict[str, Any]], reply: str, tool_calls: Sequence[ToolCall] = ()
+) -> Usage:
+    """The fake usage of answering ``messages`` with ``reply`` (and ``tool_calls``): the
+    completion counts the reply's words, and each call's name and JSON arguments' words."""
+    completion = _count_words(reply) + sum(
+        _count_words(call.name) + _count_words(call.arguments) for call in tool_calls
+    )
+    return Usage.of(prompt_tokens(messages), max(1, completion))
 
 
 def embed_usage(texts: Sequence[str]) -> Usage:
@@ -735,6 +895,7 @@ def _seam_request(fake: FakeModel, request: ChatRequest) -> FakeRequest:
         response_format=None if output is None else json_schema_format(output),
         max_tokens=request.max_tokens,
         timeout=request.timeout,
+        tools=[tool.to_openai() for tool in request.tools],
     )
 
 
@@ -754,7 +915,9 @@ class FakeProvider:
         """``"fake"``."""
         return FAKE_PROVIDER
 
-    async def _text(self, fake: FakeModel, request: ChatRequest) -> tuple[FakeRequest, str]:
+    async def _answer(
+        self, fake: FakeModel, request: ChatRequest
+    ) -> tuple[FakeRequest, FakeAnswer]:
         seen = _seam_request(fake, request)
         try:
             return seen, await fake.answer(seen, _SEAM_ERRORS)
@@ -768,23 +931,37 @@ class FakeProvider:
         fake = _find(request.model)
         if fake.via_litellm:
             return await _litellm_provider().complete(request)
-        seen, text = await self._text(fake, request)
-        usage = chat_usage(seen.messages, text)
-        return ChatResponse(text=text, usage=usage, cost=fake.cost(usage), model=fake.model)
+        seen, answer = await self._answer(fake, request)
+        usage = chat_usage(seen.messages, answer.text, answer.tool_calls)
+        return ChatResponse(
+            text=answer.text,
+            usage=usage,
+            cost=fake.cost(usage),
+            model=fake.model,
+            tool_calls=answer.tool_calls,
+        )
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        """The answer word by word (after the model's latency), then usage and cost."""
+        """The answer word by word (after the model's latency), then usage and cost.
+
+        A :class:`FakeStream` reply streams its own chunks, ``delay`` seconds apart; a
+        tool-call reply streams no text and ends with the calls.
+        """
         fake = _find(request.model)
         if fake.via_litellm:
             async for event in _litellm_provider().stream(request):
                 yield event
             return
-        seen, text = await self._text(fake, request)
-        for piece in _pieces(text):
+        seen, answer = await self._answer(fake, request)
+        for n, piece in enumerate(answer.pieces()):
+            if n and answer.delay:
+                await anyio.sleep(answer.delay)
             yield TextDelta(piece)
             await anyio.lowlevel.checkpoint()
-        usage = chat_usage(seen.messages, text)
-        yield StreamEnd(text=text, usage=usage, cost=fake.cost(usage))
+        usage = chat_usage(seen.messages, answer.text, answer.tool_calls)
+        yield StreamEnd(
+            text=answer.text, usage=usage, cost=fake.cost(usage), tool_calls=answer.tool_calls
+        )
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
         """Bag-of-words hash vectors (:func:`fake_embedding`), priced per input token."""

@@ -13,18 +13,29 @@ litellm wraps any exception a provider raises that is not a litellm exception in
 :class:`~._fake.FakeModelExhausted` is raised as a ``litellm.BadRequestError`` that is also
 a ``FakeModelExhausted``, so it reaches the caller unwrapped and is never mistaken for a
 transient error.
+
+A tool-call reply answers a ``ModelResponse`` whose ``choices[0].message.tool_calls`` hold
+the calls (``finish_reason="tool_calls"``, ``content=None``). Streaming yields litellm
+``GenericStreamingChunk`` dicts: one per text piece (a :class:`~._fake.FakeStream`'s
+chunks, ``delay`` seconds apart), then one per tool call (its ``tool_use``), the last one
+finished and carrying the usage; litellm turns them into ``delta.content`` and
+``delta.tool_calls`` chunks.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
+import anyio
+
 from ._fake import (
     FAKE_PROVIDER,
+    FakeAnswer,
     FakeModel,
     FakeModelExhausted,
     FakeRequest,
@@ -137,6 +148,7 @@ def _request(
     params = dict(optional_params or {})
     response_format = params.pop("response_format", None)
     max_tokens = params.pop("max_tokens", None)
+    tools = params.pop("tools", None)
     seconds: float | None
     if isinstance(timeout, int | float):
         seconds = float(timeout)
@@ -150,6 +162,7 @@ def _request(
         max_tokens=max_tokens if isinstance(max_tokens, int) else None,
         timeout=seconds,
         extra=params,
+        tools=[dict(tool) for tool in tools] if isinstance(tools, list | tuple) else [],
     )
 
 
@@ -165,40 +178,58 @@ def _find(model: str) -> FakeModel:
     return found
 
 
-def _response(model: FakeModel, request: FakeRequest, text: str) -> Any:
+def _usage(request: FakeRequest, answer: FakeAnswer) -> dict[str, int]:
+    usage = chat_usage(request.messages, answer.text, answer.tool_calls)
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _response(model: FakeModel, request: FakeRequest, answer: FakeAnswer) -> Any:
     litellm = _litellm()
-    usage = chat_usage(request.messages, text)
+    message: dict[str, Any] = {"role": "assistant", "content": answer.text}
+    finish_reason = "stop"
+    if answer.tool_calls:
+        message["content"] = answer.text or None
+        message["tool_calls"] = [call.to_openai() for call in answer.tool_calls]
+        finish_reason = "tool_calls"
     return litellm.ModelResponse(
         model=model.model,
-        choices=[
-            {
-                "index": 0,
-                "finish_reason": "stop",
-                "message": {"role": "assistant", "content": text},
-            }
-        ],
-        usage=litellm.Usage(
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            total_tokens=usage.total_tokens,
-        ),
+        choices=[{"index": 0, "finish_reason": finish_reason, "message": message}],
+        usage=litellm.Usage(**_usage(request, answer)),
     )
+
+
+def _answer_sync(
+    model: str, messages: Sequence[dict[str, Any]], optional_params: Any, timeout: object
+) -> tuple[FakeRequest, FakeAnswer]:
+    fake = _find(model)
+    request = _request(fake.name, messages, optional_params, timeout)
+    return request, fake.answer_sync(request, _ERRORS)
+
+
+async def _answer_async(
+    model: str, messages: Sequence[dict[str, Any]], optional_params: Any, request_timeout: object
+) -> tuple[FakeRequest, FakeAnswer]:
+    fake = _find(model)
+    request = _request(fake.name, messages, optional_params, request_timeout)
+    return request, await fake.answer(request, _ERRORS)
 
 
 def _complete_sync(
     model: str, messages: Sequence[dict[str, Any]], optional_params: Any, timeout: object
 ) -> Any:
-    fake = _find(model)
-    request = _request(fake.name, messages, optional_params, timeout)
-    return _response(fake, request, fake.answer_sync(request, _ERRORS))
+    request, answer = _answer_sync(model, messages, optional_params, timeout)
+    return _response(_find(model), request, answer)
 
 
 async def _complete_async(
     model: str, messages: Sequence[dict[str, Any]], optional_params: Any, request_timeout: object
 ) -> Any:
-    fake = _find(model)
-    request = _request(fake.name, messages, optional_params, request_timeout)
-    return _response(fake, request, await fake.answer(request, _ERRORS))
+    request, answer = await _answer_async(model, messages, optional_params, request_timeout)
+    return _response(_find(model), request, answer)
 
 
 async def _embed(model: str, texts: list[Any], model_response: Any) -> Any:
@@ -242,18 +273,24 @@ def _make_handler(litellm: ModuleType) -> Any:
         def streaming(
             self, model: str, messages: list[dict[str, Any]], **kwargs: Any
         ) -> Iterator[dict[str, Any]]:
-            response = _complete_sync(
+            request, answer = _answer_sync(
                 model, messages, kwargs.get("optional_params"), kwargs.get("timeout")
             )
-            yield _chunk(response)
+            for n, chunk in enumerate(_chunks(request, answer)):
+                if n and answer.delay and chunk["tool_use"] is None:
+                    time.sleep(answer.delay)
+                yield chunk
 
         async def astreaming(
             self, model: str, messages: list[dict[str, Any]], **kwargs: Any
         ) -> AsyncIterator[dict[str, Any]]:
-            response = await _complete_async(
+            request, answer = await _answer_async(
                 model, messages, kwargs.get("optional_params"), kwargs.get("timeout")
             )
-            yield _chunk(response)
+            for n, chunk in enumerate(_chunks(request, answer)):
+                if n and answer.delay and chunk["tool_use"] is None:
+                    await anyio.sleep(answer.delay)
+                yield chunk
 
         async def aembedding(self, model: str, input: list[Any], **kwargs: Any) -> Any:
             return await _embed(model, input, kwargs["model_response"])
@@ -261,21 +298,24 @@ def _make_handler(litellm: ModuleType) -> Any:
     return FakeLLMHandler()
 
 
-def _chunk(response: Any) -> dict[str, Any]:
-    """The whole reply as one litellm ``GenericStreamingChunk``, usage included."""
-    usage = response.usage
-    return {
-        "text": response.choices[0].message.content or "",
-        "tool_use": None,
-        "is_finished": True,
-        "finish_reason": "stop",
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
-        },
-        "index": 0,
-    }
+def _chunks(request: FakeRequest, answer: FakeAnswer) -> list[dict[str, Any]]:
+    """The answer as litellm ``GenericStreamingChunk`` dicts: its text pieces (a plain text
+    is one piece; a :class:`~._fake.FakeStream` its chunks), then one chunk per tool call;
+    the last one is finished and carries the usage."""
+    pieces = answer.chunks if answer.chunks is not None else (answer.text,)
+    chunks: list[dict[str, Any]] = [{"text": piece, "tool_use": None} for piece in pieces if piece]
+    for n, call in enumerate(answer.tool_calls):
+        chunks.append({"text": "", "tool_use": {**call.to_openai(), "index": n}})
+    if not chunks:  # an empty answer: one empty, finished chunk
+        chunks.append({"text": "", "tool_use": None})
+    for chunk in chunks:
+        chunk.update(is_finished=False, finish_reason="", usage=None, index=0)
+    chunks[-1].update(
+        is_finished=True,
+        finish_reason="tool_calls" if answer.tool_calls else "stop",
+        usage=_usage(request, answer),
+    )
+    return chunks
 
 
 def install(module: ModuleType) -> None:

@@ -12,11 +12,18 @@ every model without a registered prefix goes to. Each request passes an explicit
 exceptions become :class:`~._provider.ProviderError` (:func:`litellm_error`: timeouts,
 429, 5xx and dropped connections are transient); a cost litellm cannot compute
 (``completion_cost`` raises for unmapped models) is unknown (``None``), never a crash.
+
+A request's tools go to litellm as OpenAI-shape ``tools`` (``tool_choice`` left to the
+provider's default, ``"auto"``); the tools the model called come back as
+:class:`~._provider.ToolCall` items, read from ``message.tool_calls`` or assembled from a
+stream's ``delta.tool_calls`` pieces (arguments a provider sent as a dict are dumped to
+JSON text).
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import math
 import os
@@ -38,6 +45,7 @@ from ._provider import (
     StreamEnd,
     StreamEvent,
     TextDelta,
+    ToolCall,
     Usage,
 )
 
@@ -230,6 +238,95 @@ def _text_of(response: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
+def _get(item: Any, key: str) -> Any:
+    """``item[key]`` of a dict, or ``item.key`` of an object (``None`` when missing)."""
+    if isinstance(item, dict):
+        return item.get(key)
+    return getattr(item, key, None)
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as JSON text (some providers send a dict)."""
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    try:
+        return json.dumps(arguments)
+    except (TypeError, ValueError):
+        return str(arguments)
+
+
+def _tool_calls_of(response: Any) -> tuple[ToolCall, ...]:
+    """The tool calls of a (non-streamed) response's first choice."""
+    try:
+        items = response.choices[0].message.tool_calls
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return ()
+    if not items:
+        return ()
+    calls: list[ToolCall] = []
+    for n, item in enumerate(items):
+        function = _get(item, "function")
+        name = _get(function, "name")
+        if not isinstance(name, str) or not name:
+            continue  # not a function call (a provider's other tool kind): nothing to run
+        call_id = _get(item, "id")
+        calls.append(
+            ToolCall(
+                id=call_id if isinstance(call_id, str) and call_id else f"call_{n}",
+                name=name,
+                arguments=_arguments_text(_get(function, "arguments")),
+            )
+        )
+    return tuple(calls)
+
+
+class _ToolCallPieces:
+    """Streamed ``delta.tool_calls`` pieces, assembled into whole calls.
+
+    A call's pieces share an ``index``: the first usually has the ``id`` and the name, the
+    rest pieces of the arguments' JSON text, to be concatenated in order.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, chunk: Any) -> None:
+        try:
+            items = chunk.choices[0].delta.tool_calls
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return
+        for position, item in enumerate(items or ()):
+            index = _get(item, "index")
+            if not isinstance(index, int):
+                index = position
+            call = self._calls.setdefault(index, {"id": None, "name": None, "arguments": []})
+            call_id = _get(item, "id")
+            if isinstance(call_id, str) and call_id:
+                call["id"] = call_id
+            function = _get(item, "function")
+            name = _get(function, "name")
+            if isinstance(name, str) and name:
+                call["name"] = name
+            arguments = _get(function, "arguments")
+            if isinstance(arguments, str):
+                call["arguments"].append(arguments)
+            elif arguments is not None:  # a whole dict at once: it replaces any pieces
+                call["arguments"] = [_arguments_text(arguments)]
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(
+            ToolCall(
+                id=call["id"] or f"call_{index}",
+                name=call["name"],
+                arguments="".join(call["arguments"]),
+            )
+            for index, call in sorted(self._calls.items())
+            if call["name"]
+        )
+
+
 def _delta_of(chunk: Any) -> str:
     try:
         content = chunk.choices[0].delta.content
@@ -249,6 +346,8 @@ def _chat_kwargs(request: ChatRequest) -> dict[str, Any]:
         kwargs["max_tokens"] = request.max_tokens
     if request.response_format is not None:
         kwargs["response_format"] = request.response_format
+    if request.tools:
+        kwargs["tools"] = [tool.to_openai() for tool in request.tools]
     return kwargs
 
 
@@ -274,11 +373,13 @@ class LiteLLMProvider:
             usage=_usage_of(response),
             cost=_cost_of(litellm, response),
             model=getattr(response, "model", None),
+            tool_calls=_tool_calls_of(response),
             raw=response,
         )
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
-        """``litellm.acompletion(stream=True)``: its text deltas, then usage and cost."""
+        """``litellm.acompletion(stream=True)``: its text deltas, then usage, cost and the
+        tool calls assembled from the stream's pieces."""
         litellm: Any = await load_litellm()
         kwargs = _chat_kwargs(request)
         kwargs.update(stream=True, stream_options={"include_usage": True})
@@ -290,6 +391,7 @@ class LiteLLMProvider:
             raise _mapped(exc, request.model) from exc
         chunks: list[Any] = []
         parts: list[str] = []
+        tool_pieces = _ToolCallPieces()
         iterator = stream.__aiter__()
         finished = False
         try:
@@ -304,6 +406,7 @@ class LiteLLMProvider:
                 except Exception as exc:
                     raise _mapped(exc, request.model) from exc
                 chunks.append(chunk)
+                tool_pieces.add(chunk)
                 delta = _delta_of(chunk)
                 if delta:
                     parts.append(delta)
@@ -320,6 +423,7 @@ class LiteLLMProvider:
             text="".join(parts),
             usage=_usage_of(rebuilt),
             cost=_cost_of(litellm, rebuilt),
+            tool_calls=tool_pieces.calls() or _tool_calls_of(rebuilt),
             raw=rebuilt,
         )
 

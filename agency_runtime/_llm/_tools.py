@@ -113,9 +113,7 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
             Field(default, description=described.get(param.name) or None),
         )
     try:
-        model = create_model(
-            f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-        )
+        model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
         model.model_json_schema()
     except Exception as exc:  # pydantic cannot validate or describe a parameter's type
         raise InvalidArgumentError(
