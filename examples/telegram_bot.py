@@ -14,7 +14,9 @@ the real bot would and prints the transcript. Against the real Bot API (long pol
 The bot answers one chat only (``TELEGRAM_CHAT`` or the argument; every other chat is
 skipped). Each message is a durable turn on the store (``AGENCY_STORE`` or
 ``sqlite:///./.agency/agency.db``): recall, context, respond, deliver and save are journaled
-steps, so a redelivered update gets no second reply. The model is ``AGENCY_MODEL`` when set
+steps, so a redelivered update gets no second reply. Replies stream (``stream=True``): one
+message, sent with the first words and edited as the answer grows (about once a second),
+ending as exactly the reply. The model is ``AGENCY_MODEL`` when set
 (any litellm model, with its provider's key), else an offline fake assistant. The open tasks
 come from the file ``OPEN_TASKS_FILE`` names (one task a line) or a built-in list.
 
@@ -111,8 +113,9 @@ def build_prompt(turn: TurnArgs) -> str:
 
 
 async def respond(turn: TurnArgs) -> str:
-    """Answer one turn with ``agency.llm`` (journaled, billed to the turn's run)."""
-    return str(await agency.llm(build_prompt(turn)))
+    """Answer one turn with ``agency.llm`` (journaled, billed to the turn's run), streaming
+    the answer into the chat as it is generated (``on_token=turn.on_token``)."""
+    return str(await agency.llm(build_prompt(turn), on_token=turn.on_token))
 
 
 # -- /remind <when> <text> ---------------------------------------------------------------------
@@ -291,6 +294,7 @@ def build_bot(
         model=model,
         context=[TASKS_CONTEXT],
         typing=True,
+        stream=True,
     )
     poller = TelegramPoller(
         adapter,
@@ -351,7 +355,7 @@ async def run_offline(store: str, chat: str | None) -> int:
                 update = api.push_message(owner, text)
                 print(f"  you ▸ {text}")
                 await bot.poller.poll_once()
-                print(f"  bot ◂ {api.sent[-1]['text']}")
+                print(f"  bot ◂ {api.messages[-1]['text']}")  # as it reads now
             api.push_message(owner + 1, "I'm not the owner")  # another chat: skipped
             api.push_update(update)  # Telegram delivers the last update again: no new reply
             await bot.poller.poll_once()
@@ -372,7 +376,7 @@ async def _offline_reminder(bot: TelegramBot, api: FakeBotApi, owner: int) -> in
             update = api.push_message(owner, text)
             print(f"  you ▸ {text}")
             await bot.poller.poll_once()
-            print(f"  bot ◂ {api.sent[-1]['text']}")
+            print(f"  bot ◂ {api.messages[-1]['text']}")  # as it reads now
         chat = {"transport": "telegram", "id": conversation_key(str(owner))}
         turn = bot.adapter.runner.run_id_for(chat, update["message"]["message_id"])
         await agency.runs.wait(reminder_run_id(turn), store=bot.adapter.runner.store, timeout=30)

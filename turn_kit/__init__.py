@@ -36,7 +36,14 @@ from ._history import (
 from ._identity import TurnConversation, conversation_key, conversation_tag
 from ._persona import define_turn_persona
 from ._proactive import ProactiveResult, send_proactive
-from ._runner import TurnArgs, TurnResponse, TurnResult, TurnRunner, create_turn_runner
+from ._runner import (
+    TurnArgs,
+    TurnResponse,
+    TurnResult,
+    TurnRunner,
+    TurnStream,
+    create_turn_runner,
+)
 from ._version import TURN_KIT_VERSION
 
 if TYPE_CHECKING:
@@ -85,6 +92,7 @@ __all__ = [
     "TurnResponse",
     "TurnResult",
     "TurnRunner",
+    "TurnStream",
     "UnconfirmedTurnActionError",
     "UnconfirmedTurnDeliveryError",
     "agency_ctx",

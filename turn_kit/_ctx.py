@@ -4,12 +4,19 @@ Any object with a ``memory`` (async ``save`` / ``recall``, as
 :class:`agency_runtime.ConversationMemory` has them) and, optionally, a
 ``log(level, message, **attrs)`` method will do. :func:`agency_ctx` builds one backed by the
 runtime's store, ``agency.llm`` and stdlib logging, so an agent needs nothing else.
+
+Its ``ctx.llm.complete(...)`` streams by itself: inside a streamed turn's ``respond`` (the
+Telegram adapter's ``stream=True``) it hands the answer's pieces to the turn, as
+``agency.llm(..., on_token=turn.on_token)`` would.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
 
 from agency_runtime import ConversationMemory, Store, agency
@@ -85,11 +92,46 @@ def log_event(ctx: Any, level: str, event: str, **attrs: Any) -> None:
     _to_logging(logger, level, name, attrs)
 
 
-class _Llm:
-    """``ctx.llm.complete(prompt, max_tokens=None)``: one ``agency.llm`` call."""
+TokenSink = Callable[[str], Awaitable[None]]
+"""``await sink(delta)``: a piece of a streamed reply, as ``agency.llm``'s ``on_token`` gets it."""
 
-    async def complete(self, prompt: str, *, max_tokens: int | None = None) -> str:
-        return str(await agency.llm(prompt, max_tokens=max_tokens))
+_TURN_TOKENS: ContextVar[TokenSink | None] = ContextVar("turn_kit_turn_tokens", default=None)
+"""The streamed turn's token sink while its ``respond`` runs (``None``: not streamed)."""
+
+
+@contextmanager
+def streaming_to(sink: TokenSink | None) -> Iterator[None]:
+    """Make ``sink`` the current turn's token sink for the block (the runner's respond)."""
+    token = _TURN_TOKENS.set(sink)
+    try:
+        yield
+    finally:
+        _TURN_TOKENS.reset(token)
+
+
+def turn_token_sink() -> TokenSink | None:
+    """The token sink of the streamed turn whose ``respond`` is running, else ``None``."""
+    return _TURN_TOKENS.get()
+
+
+class _Llm:
+    """``ctx.llm.complete(prompt, max_tokens=None, on_token=None)``: one ``agency.llm`` call.
+
+    Inside a streamed turn's ``respond`` the answer streams to the turn unless ``on_token``
+    is given (then it streams there instead).
+    """
+
+    async def complete(
+        self,
+        prompt: str,
+        *,
+        max_tokens: int | None = None,
+        on_token: Callable[[str], Any] | None = None,
+    ) -> str:
+        sink = on_token if on_token is not None else turn_token_sink()
+        if sink is None:
+            return str(await agency.llm(prompt, max_tokens=max_tokens))
+        return str(await agency.llm(prompt, max_tokens=max_tokens, on_token=sink))
 
 
 class AgencyCtx:

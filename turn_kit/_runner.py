@@ -31,6 +31,13 @@ balancer, pollers, workers. What is guaranteed:
 
 Failures surface as the seed raises them (the original exception objects), never as a
 ``RunResult``; a turn that pauses on an interrupt raises :class:`TurnPausedError`.
+
+**Streaming.** ``run(..., stream=sink)`` (a :class:`TurnStream`, e.g. the Telegram adapter's
+live preview) gets the reply's pieces as ``respond`` generates them: ``respond`` passes
+``on_token=turn.on_token`` to ``agency.llm`` (``ctx.llm.complete`` of :func:`agency_ctx`
+does it by itself). What the sink reports when ``respond`` returns is journaled with the
+respond step and handed back to it before delivery, also in a resumed process. Only the
+reply ``respond`` returns is delivered, confirmed and saved.
 """
 
 from __future__ import annotations
@@ -40,10 +47,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import from_json, to_json
 
 from agency_runtime import (
@@ -60,7 +67,7 @@ from ._context_providers import (
     TurnContextProvider,
     collect_turn_context,
 )
-from ._ctx import log_event
+from ._ctx import log_event, streaming_to
 from ._errors import TurnPausedError, UnconfirmedTurnDeliveryError
 from ._history import (
     TurnHistoryEntry,
@@ -79,6 +86,7 @@ __all__ = [
     "TurnResponse",
     "TurnResult",
     "TurnRunner",
+    "TurnStream",
     "create_turn_runner",
 ]
 
@@ -116,7 +124,12 @@ class TurnResult(BaseModel):
 
 @dataclass(frozen=True)
 class TurnArgs:
-    """What ``respond(turn)`` gets, as attributes."""
+    """What ``respond(turn)`` gets, as attributes.
+
+    ``on_token``: where a streamed turn's reply streams to — pass it on,
+    ``await agency.llm(prompt, on_token=turn.on_token)``; ``None`` when the turn is not
+    streamed (so passing it on always is fine). The reply is still what ``respond`` returns.
+    """
 
     ctx: Any
     conversation: TurnConversation
@@ -125,6 +138,25 @@ class TurnArgs:
     context: list[TurnContext]
     acknowledge: Callable[[str], Awaitable[bool]]
     message: Any = None
+    on_token: Callable[[str], Awaitable[None]] | None = None
+
+
+@runtime_checkable
+class TurnStream(Protocol):
+    """Where :meth:`TurnRunner.run` streams a reply to (``stream=``).
+
+    ``token(delta)`` gets each piece of the reply while ``respond`` runs (it should not
+    raise: a failing preview must not fail the turn). ``snapshot()`` is called when
+    ``respond`` returns: JSON data journaled with the respond step. ``restore(data)`` gets
+    that data back after the respond step (run now or replayed after a crash), before the
+    reply is delivered.
+    """
+
+    async def token(self, delta: str) -> None: ...
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, data: Any) -> None: ...
 
 
 class _Responded(BaseModel):
@@ -133,6 +165,15 @@ class _Responded(BaseModel):
     reply: str
     remember: str | Literal[False] | None = None
     acknowledgements: int = 0
+    stream: Any = None
+    """A streamed turn's :meth:`TurnStream.snapshot` (left out of the journal when ``None``)."""
+
+    @model_serializer(mode="wrap")
+    def _without_stream(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("stream") is None:
+            data.pop("stream", None)  # an unstreamed turn journals what it always did
+        return data
 
 
 @dataclass
@@ -247,13 +288,15 @@ class TurnRunner:
         confirm_delivery: Callable[[Any], Any] | None = None,
         message_id: str | int | None = None,
         message: Any = None,
+        stream: TurnStream | None = None,
     ) -> TurnResult:
         """Run one turn (see the module docstring) and return its :class:`TurnResult`.
 
         ``respond``, ``deliver``, ``acknowledge`` and ``confirm_delivery`` may be sync or
         async; awaitables they return are awaited. ``message_id`` makes the turn idempotent.
         ``message`` is handed to ``respond`` as ``turn.message`` (the Telegram adapter's
-        parsed message).
+        parsed message). ``stream``: a :class:`TurnStream` the reply streams to while
+        ``respond`` runs (``turn.on_token``); without it nothing is streamed.
         """
         if not isinstance(input, str):
             raise InvalidArgumentError(f"turn input must be a string, got {type(input).__name__}")
@@ -263,6 +306,11 @@ class TurnRunner:
         for what, fn in (("respond", respond), ("deliver", deliver)):
             if not callable(fn):
                 raise InvalidArgumentError(f"run() needs {what}: a callable")
+        if stream is not None and not isinstance(stream, TurnStream):
+            raise InvalidArgumentError(
+                "stream must have async token(delta), snapshot() and restore(data), "
+                f"got {type(stream).__name__}"
+            )
         chat = as_conversation(conversation)
         tag = conversation_tag(self.namespace, chat)
         run_id = None if message_id is None else f"{tag}#{js_encode(str(message_id))}"
@@ -272,7 +320,7 @@ class TurnRunner:
             async def body(s: ResumableScope) -> TurnResult:
                 return await self._steps(
                     s, ctx, chat, tag, turn_input, respond, deliver, acknowledge,
-                    confirm_delivery, message, live,
+                    confirm_delivery, message, live, stream,
                 )  # fmt: skip
 
             return await agency.with_resumable_scope("turn", body)
@@ -310,6 +358,7 @@ class TurnRunner:
         confirm_delivery: Callable[[Any], Any] | None,
         message: Any,
         live: _Live,
+        stream: TurnStream | None = None,
     ) -> TurnResult:
         namespace, memory = self.namespace, self.memory
         log_event(
@@ -363,15 +412,22 @@ class TurnRunner:
                     log_event(ctx, "info", "acknowledged", namespace=namespace)
                     return True
 
+                on_token = None if stream is None else stream.token
                 args = TurnArgs(
                     ctx=ctx, conversation=conversation, input=text, history=history,
                     context=context, acknowledge=acknowledged, message=message,
+                    on_token=on_token,
                 )  # fmt: skip
-                responded = _response(await maybe_await(respond(args)))
+                with streaming_to(on_token):  # ctx.llm.complete streams to the turn too
+                    responded = _response(await maybe_await(respond(args)))
                 responded.acknowledgements = acknowledgements
+                if stream is not None:
+                    responded.stream = stream.snapshot()
                 return responded
 
             responded: _Responded = await s.step(answer, name="respond", returns=_Responded)
+            if stream is not None:
+                stream.restore(responded.stream)
 
             async def send() -> Any:
                 receipt = await maybe_await(deliver(responded.reply))

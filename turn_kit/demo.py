@@ -45,8 +45,9 @@ async def telegram_demo(store: str, model: str | None, session: str) -> bool:
     """A Telegram assistant (fake Bot API on loopback, durable turns, memory):
 
     turn_kit + ``agency.llm`` + conversation memory + a context provider answer a scripted
-    conversation through a Bot API served on loopback; the last update is delivered again
-    and gets no second reply. Returns whether everything went as it should.
+    conversation through a Bot API served on loopback, each reply streamed into one message
+    (``stream=True``: sent with the first words, edited to the whole reply); the last update
+    is delivered again and gets no second reply. Returns whether everything went as it should.
     """
 
     def offline(request: FakeRequest) -> str:
@@ -63,7 +64,8 @@ async def telegram_demo(store: str, model: str | None, session: str) -> bool:
         return str(
             await agency.llm(
                 f"You are a helpful assistant on Telegram.\nHistory:\n{history}\n"
-                f"{context}\nMessage: {turn.input}"
+                f"{context}\nMessage: {turn.input}",
+                on_token=turn.on_token,  # stream=True: the reply shows while it is generated
             )
         )
 
@@ -85,6 +87,7 @@ async def telegram_demo(store: str, model: str | None, session: str) -> bool:
                     store=store,
                     model=chosen,
                     context=[tasks],
+                    stream=True,
                 )
                 poller = TelegramPoller(
                     bot, ctx=agency_ctx(store), respond=respond, token=token,
@@ -99,11 +102,13 @@ async def telegram_demo(store: str, model: str | None, session: str) -> bool:
                     update = api.push_message(owner, text)
                     print(f"  you  ▸ {text}")
                     await poller.poll_once()
-                    print(f"  bot  ◂ {api.sent[-1]['text']}")
+                    print(f"  bot  ◂ {api.messages[-1]['text']}")  # as it reads now
                 api.push_update(update)  # Telegram redelivers the last update
                 await poller.poll_once()
                 again = len(api.sent)
                 print(f"  (the last update delivered again: {again} replies in all, not 4)")
+                streamed = sum(1 for sent in api.messages if sent["edits"])
+                print(f"  ({streamed} replies streamed: each one message, edited as it grew)")
                 return again == 3
     finally:
         fake.unregister()

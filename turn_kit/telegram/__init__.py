@@ -2,7 +2,8 @@
 
 * :func:`create_telegram_turn_adapter` — ``handle(ctx, payload=..., respond=...)`` runs one
   update as a durable turn (skipping bots, other chats and empty messages; each reply chunk
-  a journaled step).
+  a journaled step); with ``stream=True`` the reply shows in one message while it is
+  generated.
 * :class:`BotApiTransport` (python-telegram-bot, the ``telegram`` extra) and
   :class:`CloudTelegramTransport` send; :func:`send_telegram_text` chunks and threads.
 * :func:`webhook_app` (ASGI) and :class:`TelegramPoller` (``getUpdates``) receive.
@@ -32,6 +33,7 @@ from ._transport import (
     BotApiTransport,
     CloudTelegramTransport,
     TelegramDelivery,
+    TelegramRateLimitedError,
     TelegramSendResult,
     TelegramTransport,
     cloud_telegram_transport_from_env,
@@ -47,6 +49,7 @@ __all__ = [
     "TelegramHandleResult",
     "TelegramMessage",
     "TelegramPoller",
+    "TelegramRateLimitedError",
     "TelegramSendResult",
     "TelegramTransport",
     "TelegramTurnAdapter",

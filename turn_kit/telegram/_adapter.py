@@ -18,6 +18,34 @@ the poller count a failing update's attempts there (durably), and stop retrying 
 
 An adapter without an owner chat skips every update; it says so once, as a WARNING on the
 ``turn_kit.telegram`` logger. Constructing an adapter installs the token-redacting log filter.
+
+**Streaming** (``stream=True``): the reply shows while it is generated. ``respond`` streams
+it by passing ``on_token=turn.on_token`` to ``agency.llm`` (``ctx.llm.complete`` of
+:func:`~turn_kit.agency_ctx` does that by itself; ``turn.on_token`` is ``None`` when the turn
+is not streamed, so passing it always is fine)::
+
+    async def respond(turn):
+        return await agency.llm(prompt_for(turn), on_token=turn.on_token)
+
+The first text is sent at once as a message (replying to the user's, in its topic): the
+*preview*. It is then edited to the text so far, at most once every ``stream_interval``
+seconds per chat (``anyio.current_time()``), never to the text it already shows; a 429 on an
+edit holds the edits back for its ``retry_after``. A preview holds the first
+``chunk_limit`` characters (UTF-16 units). The reply ``respond`` returns is what is
+delivered, confirmed and saved: at delivery the preview is edited to show exactly its first
+chunk (at once; a 429 there is waited out) and any further chunks are sent as usual, so the
+receipt's first message id is the preview's. A ``respond`` that streams nothing is delivered
+as without ``stream``.
+
+Durability: the preview's send is a journaled step of the respond step, and its message id
+is journaled with the respond step's outcome, so a turn resumed after a crash edits that
+message instead of sending a second one — also after a crash in the middle of the stream
+(then the model is asked again: its answer was not journaled yet; after the answer is
+journaled, the resume replays it). As with any send, a crash while the preview's own
+``sendMessage`` is in flight may leave that partial message behind; a preview whose send
+timed out is not edited, and the reply is sent as a new message. A transport without
+``edit_message_text`` streams nothing (a WARNING says so once). Bot API message drafts
+(``sendMessageDraft``) are not used.
 """
 
 from __future__ import annotations
@@ -27,6 +55,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict
 
 from agency_runtime import (
@@ -39,10 +68,11 @@ from agency_runtime import (
 )
 
 from .._context_providers import TurnContextProvider
+from .._errors import TurnKitError
 from .._history import TurnMemoryOptions
-from .._identity import conversation_key
+from .._identity import conversation_key, js_trim
 from .._runner import TurnArgs, TurnResult, create_turn_runner
-from .._util import maybe_await
+from .._util import field, maybe_await
 from ._parse import (
     TelegramMessage,
     bare_telegram_chat_id,
@@ -50,10 +80,11 @@ from ._parse import (
     read_telegram_message,
     telegram_skip_reason,
 )
-from ._redact import install_token_redaction
+from ._redact import install_token_redaction, scrub_exception
 from ._transport import (
     BotApiTransport,
     TelegramDelivery,
+    TelegramRateLimitedError,
     cloud_telegram_transport_from_env,
     send_chunk,
 )
@@ -74,6 +105,9 @@ redelivering the update) and the poller moves past it. Counted from the turn's s
 (``RunRecord.attempts``), so a restarted process keeps counting."""
 
 _NO_OWNER = "no owner chat configured"
+_EDIT_ATTEMPTS = 3
+"""How many times a final edit that timed out is tried before the turn fails (and is retried
+later): an edit, unlike a send, may be repeated safely."""
 
 
 def given_up(record: RunRecord | None) -> bool:
@@ -105,6 +139,7 @@ async def send_durably(
     reply_to_message_id: str | None = None,
     thread_id: str | None = None,
     chunk_limit: int = 4096,
+    edit_message_id: str | None = None,
 ) -> TelegramDelivery:
     """Send ``text`` in chunks, each chunk a journaled step (inside a run).
 
@@ -112,11 +147,88 @@ async def send_durably(
     is not ok or has no message id raises; chunks sent before it stay sent. A chunk whose send
     timed out (``unknown``) is journaled as such and never resent blindly: the delivery is
     then not ok, so the turn reports it as unconfirmed instead of sending twice.
+
+    ``edit_message_id``: a message of the chat (a streamed preview) that becomes the first
+    chunk — it is edited to show it (``transport.edit_message_text``) instead of sending a
+    new message; when it cannot be edited any more (deleted), the chunk is sent.
     """
     bare = bare_telegram_chat_id(chat_id)
+    first: Callable[[str], Awaitable[str]] | None = None
+    if edit_message_id is not None:
+        edited = str(edit_message_id)
+
+        async def edit(chunk: str) -> str:
+            sent, _ = await _edit_or_send(
+                transport, bare, edited, chunk,
+                reply_to_message_id=reply_to_message_id, thread_id=thread_id,
+            )  # fmt: skip
+            return sent
+
+        first = edit
+    return await _send_chunks(
+        transport, bare, text,
+        reply_to_message_id=reply_to_message_id, thread_id=thread_id,
+        chunk_limit=chunk_limit, first=first,
+    )  # fmt: skip
+
+
+async def _edit_or_send(
+    transport: Any,
+    chat: str,
+    message_id: str,
+    chunk: str,
+    *,
+    reply_to_message_id: str | None,
+    thread_id: str | None,
+) -> tuple[str, bool]:
+    """Make message ``message_id`` show ``chunk`` (the first chunk of a reply); when it cannot
+    be edited, send ``chunk`` as chunk 1. Returns the message id (``""``: a send that timed
+    out) and whether it was an edit. An edit that keeps timing out raises (a retry of the
+    turn edits again: an edit may be repeated safely)."""
+    result: Any = None
+    for _ in range(_EDIT_ATTEMPTS):
+        try:
+            result = await maybe_await(transport.edit_message_text(chat, message_id, chunk))
+        except Exception as exc:  # any transport's error: no token in what a run stores
+            scrub_exception(exc)
+            raise
+        if not field(result, "unknown"):
+            break
+    else:
+        raise TurnKitError(
+            f"Telegram editMessageText in {chat} timed out {_EDIT_ATTEMPTS} times: the reply "
+            "is not confirmed (a retry of the turn edits the message again)"
+        )
+    if field(result, "ok"):
+        return message_id, True
+    sent = await send_chunk(
+        transport, chat, chunk, 0, reply_to_message_id=reply_to_message_id, thread_id=thread_id
+    )  # the message is gone (deleted): chunk 1 is sent anew
+    return ("" if sent is None else sent), False
+
+
+async def _send_chunks(
+    transport: Any,
+    bare: str,
+    text: str,
+    *,
+    reply_to_message_id: str | None,
+    thread_id: str | None,
+    chunk_limit: int,
+    first: Callable[[str], Awaitable[str]] | None,
+) -> TelegramDelivery:
+    """:func:`send_durably`'s chunks; ``first(chunk)``, when given, delivers chunk 1."""
     chunks = chunk_telegram_text(text, chunk_limit)
 
     def sender(index: int, chunk: str) -> Callable[[], Awaitable[str]]:
+        if index == 0 and first is not None:
+            deliver_first = first
+
+            async def edit() -> str:
+                return await deliver_first(chunk)
+
+            return edit
+
         async def send() -> str:
             sent = await send_chunk(
                 transport, bare, chunk, index,
@@ -142,6 +254,186 @@ async def send_durably(
     return await agency.with_resumable_scope("telegram-send", body)
 
 
+def _retry_after(exc: BaseException) -> float | None:
+    """The ``retry_after`` of a rate-limit error a transport raised, else ``None``."""
+    if isinstance(exc, TelegramRateLimitedError):
+        return exc.retry_after
+    value = getattr(exc, "retry_after_seconds", None)
+    if value is None:
+        value = getattr(exc, "retry_after", None)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return max(0.0, float(value))
+
+
+class _Pace:
+    """When each chat may get its next preview edit (``anyio.current_time()``)."""
+
+    _PRUNE_AT = 1024
+
+    def __init__(self) -> None:
+        # chat -> (due at, the wait it was, whether Telegram asked for it: a 429)
+        self._next: dict[str, tuple[float, float, bool]] = {}
+
+    def remaining(self, chat: str, *, rate_limited_only: bool = False) -> float:
+        """Seconds until ``chat`` may get an edit (``0.0``: now); with ``rate_limited_only``,
+        only a 429's hold counts."""
+        entry = self._next.get(chat)
+        if entry is None:
+            return 0.0
+        due, wait, limited = entry
+        left = due - anyio.current_time()
+        if left <= 0 or left > wait:  # due, or set on another event loop's clock
+            del self._next[chat]
+            return 0.0
+        return 0.0 if rate_limited_only and not limited else left
+
+    def ready(self, chat: str) -> bool:
+        return self.remaining(chat) == 0.0
+
+    def hold(self, chat: str, wait: float, *, rate_limited: bool = False) -> None:
+        """No edit in ``chat`` for ``wait`` seconds from now."""
+        now = anyio.current_time()
+        if len(self._next) >= self._PRUNE_AT:
+            self._next = {c: e for c, e in self._next.items() if e[0] > now}
+        self._next[chat] = (now + wait, wait, rate_limited)
+
+
+class _Preview:
+    """One streamed turn's preview message (``stream=True``; see the module docstring).
+
+    It is the turn's :class:`~turn_kit.TurnStream`: ``token`` gets the reply's pieces,
+    ``snapshot``/``restore`` carry the preview's message id through the respond step's
+    journal, and :meth:`deliver_first` makes it the reply's first chunk.
+    """
+
+    def __init__(
+        self,
+        transport: Any,
+        message: TelegramMessage,
+        *,
+        chunk_limit: int,
+        interval: float,
+        pace: _Pace,
+    ) -> None:
+        self.transport = transport
+        self.chat = bare_telegram_chat_id(message.chat_id)
+        self.reply_to: str | None = message.message_id
+        self.thread: str | None = message.thread_id or None
+        self.chunk_limit = chunk_limit
+        self.interval = interval
+        self.pace = pace
+        self.text = ""
+        self.message_id: str | None = None
+        self.shown: str | None = None
+        """What the preview shows, when this process knows it."""
+        self.opened = False  # the preview's send step ran (or replayed)
+        self.quiet = False  # no more edits while streaming: one failed for good
+
+    def _head(self) -> str:
+        chunks = chunk_telegram_text(js_trim(self.text), self.chunk_limit)
+        return chunks[0] if chunks else ""
+
+    async def token(self, delta: str) -> None:
+        if not isinstance(delta, str) or not delta:
+            return
+        self.text += delta
+        if not self.opened:
+            head = self._head()
+            if head:
+                await self._open(head)
+            return
+        if self.message_id is None or self.quiet or not self.pace.ready(self.chat):
+            return
+        head = self._head()
+        if head and head != self.shown:
+            await self._edit(head)
+
+    async def _open(self, head: str) -> None:
+        self.opened = True
+        ran = False
+
+        async def send() -> str:
+            nonlocal ran
+            ran = True
+            sent = await send_chunk(
+                self.transport, self.chat, head, 0,
+                reply_to_message_id=self.reply_to, thread_id=self.thread,
+            )  # fmt: skip
+            return "" if sent is None else sent  # "" journals "may have arrived"
+
+        async def body(s: ResumableScope) -> str:
+            sent: str = await s.step(send, name="preview", returns=str)
+            return sent
+
+        try:
+            preview_id: str = await agency.with_resumable_scope("telegram-preview", body)
+        except Exception as exc:
+            logger.warning(
+                "Telegram preview in %s was not sent (%s): the reply is sent when it is ready",
+                self.chat, exc,
+            )  # fmt: skip
+            return
+        if not preview_id:
+            return  # timed out (it may have arrived): no edits; the reply is sent anew
+        self.message_id = preview_id
+        if ran:
+            self.shown = head
+            self.pace.hold(self.chat, self.interval)
+        elif self.pace.ready(self.chat):
+            await self._edit(head)  # a resumed turn: what it shows now is unknown
+
+    async def _edit(self, head: str) -> None:
+        assert self.message_id is not None
+        try:
+            result = await maybe_await(
+                self.transport.edit_message_text(self.chat, self.message_id, head, max_retries=0)
+            )
+        except Exception as exc:
+            scrub_exception(exc)
+            wait = _retry_after(exc)
+            if wait is not None:  # Telegram asked for a pause: no edit before it is over
+                self.pace.hold(self.chat, max(wait, self.interval), rate_limited=True)
+                return
+            self.quiet = True
+            logger.warning(
+                "Telegram preview edit in %s failed (%s): the reply replaces it when ready",
+                self.chat, exc,
+            )  # fmt: skip
+            return
+        self.pace.hold(self.chat, self.interval)
+        if field(result, "ok"):
+            self.shown = head
+        elif field(result, "unknown"):
+            self.shown = None
+        else:
+            self.quiet = True  # gone (deleted): the reply is sent anew
+
+    def snapshot(self) -> Any:
+        return None if self.message_id is None else {"message_id": self.message_id}
+
+    def restore(self, data: Any) -> None:
+        if self.message_id is None and isinstance(data, dict) and data.get("message_id"):
+            self.message_id = str(data["message_id"])  # a resumed turn's preview
+            self.opened = True
+
+    async def deliver_first(self, chunk: str) -> str:
+        """The reply's first chunk, in the preview: edited to show exactly ``chunk``."""
+        assert self.message_id is not None
+        if chunk == self.shown:
+            return self.message_id  # never edited to the text it shows
+        # At once (the interval paces the preview only), but never inside a 429's pause.
+        await anyio.sleep(self.pace.remaining(self.chat, rate_limited_only=True))
+        sent, edited = await _edit_or_send(
+            self.transport, self.chat, self.message_id, chunk,
+            reply_to_message_id=self.reply_to, thread_id=self.thread,
+        )  # fmt: skip
+        if edited:
+            self.shown = chunk
+            self.pace.hold(self.chat, self.interval)
+        return sent
+
+
 class TelegramTurnAdapter:
     """Handles Telegram updates as turns; make it with :func:`create_telegram_turn_adapter`."""
 
@@ -157,6 +449,8 @@ class TelegramTurnAdapter:
         model: str | None,
         chunk_limit: int,
         typing: bool,
+        stream: bool = False,
+        stream_interval: float = 1.0,
     ) -> None:
         self.runner = create_turn_runner(
             namespace=namespace, memory=memory, context=context, store=store, model=model
@@ -165,6 +459,10 @@ class TelegramTurnAdapter:
         self.transport = transport
         self.chunk_limit = chunk_limit
         self.typing = typing
+        self.stream = stream
+        self.stream_interval = stream_interval
+        self._pace = _Pace()
+        self._warned_no_edit = False
         self._warned_no_owner = False
         install_token_redaction()
         if owner_chat is None or (isinstance(owner_chat, str) and not owner_chat.strip()):
@@ -185,6 +483,27 @@ class TelegramTurnAdapter:
             "create_telegram_turn_adapter",
             self.runner.namespace, why, _NO_OWNER,
         )  # fmt: skip
+
+    def _preview(self, transport: Any, message: TelegramMessage) -> _Preview | None:
+        """The turn's preview when the adapter streams (and the transport can edit)."""
+        if not self.stream:
+            return None
+        if not callable(getattr(transport, "edit_message_text", None)):
+            if not self._warned_no_edit:
+                self._warned_no_edit = True
+                logger.warning(
+                    "Telegram adapter %r streams (stream=True), but its transport %s has no "
+                    "edit_message_text: replies are sent when they are ready, not streamed",
+                    self.runner.namespace, type(transport).__name__,
+                )  # fmt: skip
+            return None
+        return _Preview(
+            transport,
+            message,
+            chunk_limit=self.chunk_limit,
+            interval=self.stream_interval,
+            pace=self._pace,
+        )
 
     async def _owner(self, ctx: Any) -> str | None:
         owner = self.owner_chat
@@ -288,7 +607,9 @@ class TelegramTurnAdapter:
             except Exception:
                 pass
 
-        async def deliver(text: str) -> TelegramDelivery:
+        preview = self._preview(transport, message)
+
+        async def send(text: str) -> TelegramDelivery:
             return await send_durably(
                 transport,
                 message.chat_id,
@@ -298,16 +619,30 @@ class TelegramTurnAdapter:
                 chunk_limit=self.chunk_limit,
             )
 
+        async def deliver(text: str) -> TelegramDelivery:
+            if preview is None or preview.message_id is None:
+                return await send(text)
+            return await _send_chunks(  # the preview becomes chunk 1
+                transport,
+                bare_telegram_chat_id(message.chat_id),
+                text,
+                reply_to_message_id=message.message_id,
+                thread_id=message.thread_id or None,
+                chunk_limit=self.chunk_limit,
+                first=preview.deliver_first,
+            )
+
         result = await self.runner.run(
             ctx,
             conversation=self._conversation(message),
             input=message.text,
             respond=respond,
             deliver=deliver,
-            acknowledge=deliver,
+            acknowledge=send,
             confirm_delivery=lambda receipt: bool(receipt.ok and receipt.message_ids),
             message_id=self._turn_id(message),
             message=message,
+            stream=preview,
         )
         return TelegramHandleResult(status="handled", message=message, result=result)
 
@@ -323,6 +658,8 @@ def create_telegram_turn_adapter(
     model: str | None = None,
     chunk_limit: int = 4096,
     typing: bool = False,
+    stream: bool = False,
+    stream_interval: float = 1.0,
 ) -> TelegramTurnAdapter:
     """A Telegram adapter for the turns of ``namespace``.
 
@@ -332,9 +669,25 @@ def create_telegram_turn_adapter(
     ``send_message`` (or a function of ``ctx`` returning one); the default is the Bot API with
     ``TELEGRAM_BOT_TOKEN``. ``typing``: show the typing indicator (``sendChatAction``) when a
     turn starts.
+
+    ``stream``: show the reply while it is generated — one message, sent with the first text
+    and edited as more arrives, at most once every ``stream_interval`` seconds per chat; it
+    ends showing exactly the reply. ``respond`` streams with
+    ``agency.llm(..., on_token=turn.on_token)`` or ``ctx.llm.complete(...)``; see the module
+    docstring for the details and what a crash does.
     """
     if isinstance(chunk_limit, bool) or not isinstance(chunk_limit, int) or chunk_limit < 1:
         raise InvalidArgumentError(f"chunk_limit must be a positive integer, got {chunk_limit!r}")
+    if not isinstance(stream, bool):
+        raise InvalidArgumentError(f"stream must be True or False, got {stream!r}")
+    if (
+        isinstance(stream_interval, bool)
+        or not isinstance(stream_interval, int | float)
+        or not stream_interval >= 0
+    ):
+        raise InvalidArgumentError(
+            f"stream_interval must be a number of seconds >= 0, got {stream_interval!r}"
+        )
     return TelegramTurnAdapter(
         namespace=namespace,
         owner_chat=owner_chat,
@@ -345,4 +698,6 @@ def create_telegram_turn_adapter(
         model=model,
         chunk_limit=chunk_limit,
         typing=typing,
+        stream=stream,
+        stream_interval=float(stream_interval),
     )

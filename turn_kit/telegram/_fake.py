@@ -10,8 +10,12 @@ exactly as they talk to ``api.telegram.org``::
 
 Methods are served under ``/bot<token>/<method>`` for ``GET`` (query string) and ``POST``
 (JSON, form-encoded as python-telegram-bot sends them, or query string): ``getMe``,
-``getUpdates``, ``sendMessage``, ``sendChatAction``, ``setWebhook``, ``deleteWebhook`` and
-``getWebhookInfo``. A wrong token gets 401 ``Unauthorized``; an unknown method 404. As on
+``getUpdates``, ``sendMessage``, ``editMessageText``, ``sendChatAction``, ``setWebhook``,
+``deleteWebhook`` and ``getWebhookInfo``. A wrong token gets 401 ``Unauthorized``; an unknown
+method 404. ``editMessageText`` edits a message the bot sent, as Telegram does: 400 "message
+to edit not found" for another one, 400 "message is not modified" for its current text;
+:attr:`FakeBotApi.edits` records the edits and :attr:`FakeBotApi.messages` shows the
+messages as they read now. As on
 Telegram, ``getUpdates`` answers 409 Conflict while a webhook is set, and a ``getUpdates``
 still waiting when another one arrives is ended with 409 "terminated by other getUpdates
 request" (two pollers of one bot show up as 409s in :attr:`FakeBotApi.calls`).
@@ -50,7 +54,18 @@ _TERMINATED = (
     "is running"
 )
 _INT_FIELDS = frozenset(
-    {"message_thread_id", "reply_to_message_id", "offset", "limit", "max_connections"}
+    {
+        "message_thread_id",
+        "reply_to_message_id",
+        "message_id",
+        "offset",
+        "limit",
+        "max_connections",
+    }
+)
+_NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup "
+    "are exactly the same as a current content and reply markup of the message"
 )
 _JSON_FIELDS = frozenset(
     {"reply_parameters", "reply_markup", "allowed_updates", "link_preview_options", "entities"}
@@ -174,6 +189,9 @@ class FakeBotApi:
         self._polls = 0  # getUpdates calls so far: a newer one ends a waiting one
         self._message_ids: dict[int | str, int] = {}
         self._sent: list[dict[str, Any]] = []
+        self._by_id: dict[tuple[int | str, int], dict[str, Any]] = {}  # (chat, id) -> sent
+        self._shown: dict[tuple[int | str, int], str] = {}  # (chat, id) -> edited text
+        self._edits: list[dict[str, Any]] = []
         self._actions: list[dict[str, Any]] = []
         self._calls: list[dict[str, Any]] = []
         self._webhook: dict[str, Any] | None = None
@@ -249,6 +267,25 @@ class FakeBotApi:
         message_thread_id, message_id (a snapshot)."""
         with self._lock:
             return [dict(m) for m in self._sent]
+
+    @property
+    def edits(self) -> list[dict[str, Any]]:
+        """Successful ``editMessageText`` calls: chat_id, message_id, text and ``at`` (the
+        ``time.monotonic()`` it was applied at), in order (a snapshot)."""
+        with self._lock:
+            return [dict(e) for e in self._edits]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The bot's messages as they read now: :attr:`sent`'s entries with the text of their
+        last edit, plus ``edits`` (how many times each was edited), in send order."""
+        with self._lock:
+            out = []
+            for sent in self._sent:
+                key = (sent["chat_id"], sent["message_id"])
+                edits = sum(1 for e in self._edits if (e["chat_id"], e["message_id"]) == key)
+                out.append({**sent, "text": self._shown.get(key, sent["text"]), "edits": edits})
+            return out
 
     @property
     def actions(self) -> list[dict[str, Any]]:
@@ -476,15 +513,15 @@ class FakeBotApi:
             reply_to = reply_parameters.get("message_id")
         with self._lock:
             message_id = self._next_message_id(chat)
-            self._sent.append(
-                {
-                    "chat_id": chat,
-                    "text": text,
-                    "reply_to_message_id": reply_to,
-                    "message_thread_id": thread,
-                    "message_id": message_id,
-                }
-            )
+            entry = {
+                "chat_id": chat,
+                "text": text,
+                "reply_to_message_id": reply_to,
+                "message_thread_id": thread,
+                "message_id": message_id,
+            }
+            self._sent.append(entry)
+            self._by_id[(chat, message_id)] = entry
         message: dict[str, Any] = {
             "message_id": message_id,
             "date": int(time.time()),
@@ -506,6 +543,52 @@ class FakeBotApi:
                 "date": int(time.time()),
                 "chat": dict(message["chat"]),
             }
+        return message
+
+    def _edit_message_text(self, params: dict[str, Any]) -> Any:
+        raw_chat = params.get("chat_id")
+        if raw_chat is None or str(raw_chat).strip() == "":
+            raise _ApiError(400, "Bad Request: chat_id is empty")
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if _utf16_len(text) > _TEXT_LIMIT:
+            raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+        chat = _chat_value(raw_chat)
+        raw_id: Any = params.get("message_id")
+        try:
+            message_id = int(raw_id)
+        except (TypeError, ValueError):
+            raise _ApiError(400, "Bad Request: message identifier is not specified") from None
+        key = (chat, message_id)
+        with self._lock:
+            sent = self._by_id.get(key)
+            if sent is None:
+                raise _ApiError(400, "Bad Request: message to edit not found")
+            if self._shown.get(key, sent["text"]) == text:
+                raise _ApiError(400, _NOT_MODIFIED)
+            self._shown[key] = text
+            self._edits.append(
+                {"chat_id": chat, "message_id": message_id, "text": text, "at": time.monotonic()}
+            )
+            thread = sent["message_thread_id"]
+        now = int(time.time())
+        message: dict[str, Any] = {
+            "message_id": message_id,
+            "date": now,
+            "edit_date": now,
+            "chat": {"id": chat, "type": _chat_type(chat)},
+            "from": {
+                "id": self.bot_id,
+                "is_bot": True,
+                "first_name": "Fake Bot",
+                "username": self.username,
+            },
+            "text": text,
+        }
+        if thread is not None:
+            message["message_thread_id"] = thread
+            message["is_topic_message"] = True
         return message
 
     def _send_chat_action(self, params: dict[str, Any]) -> Any:
@@ -558,6 +641,7 @@ _METHODS: dict[str, Any] = {
     "getMe": FakeBotApi._get_me,
     "getUpdates": FakeBotApi._get_updates,
     "sendMessage": FakeBotApi._send_message,
+    "editMessageText": FakeBotApi._edit_message_text,
     "sendChatAction": FakeBotApi._send_chat_action,
     "setWebhook": FakeBotApi._set_webhook,
     "deleteWebhook": FakeBotApi._delete_webhook,

@@ -4,7 +4,8 @@
   ``telegram`` extra). It adds only what PTB lacks: per-chat handling of 429 ``retry_after``
   with bounded retries (one chat's flood wait never stalls another chat), one resend without
   the thread id on "message thread not found", and an honest *unknown* result when a send
-  timed out (Telegram has no idempotency key, so it is never resent blindly).
+  timed out (Telegram has no idempotency key, so it is never resent blindly). It also edits
+  a message (``editMessageText``), which the adapter's ``stream=True`` preview uses.
 * :class:`CloudTelegramTransport` — the seed's Cloud provider proxy over httpx
   (``POST <api_url>/api/v1/proxy/telegram``); :func:`cloud_telegram_transport_from_env` builds
   one from ``AGENT_CLOUD_API_URL`` and ``AGENT_CLOUD_API_TOKEN``.
@@ -47,6 +48,7 @@ __all__ = [
     "BotApiTransport",
     "CloudTelegramTransport",
     "TelegramDelivery",
+    "TelegramRateLimitedError",
     "TelegramSendResult",
     "TelegramTransport",
     "cloud_telegram_transport_from_env",
@@ -58,6 +60,8 @@ CLOUD_API_URL_ENV = "AGENT_CLOUD_API_URL"
 CLOUD_API_TOKEN_ENV = "AGENT_CLOUD_API_TOKEN"
 
 _THREAD_NOT_FOUND = "message thread not found"
+_NOT_MODIFIED = "message is not modified"
+_NOT_EDITABLE = ("message to edit not found", "message can't be edited")
 _MAX_SAFE_INTEGER = 2**53 - 1
 _DETAIL_CAP = 240
 
@@ -81,11 +85,27 @@ class TelegramSendResult(BaseModel):
     unknown: bool = False
 
 
+class TelegramRateLimitedError(TurnKitError):
+    """Telegram answered 429 more often than the call was allowed to wait it out.
+
+    ``retry_after`` is the wait Telegram asked for, in seconds.
+    """
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 @runtime_checkable
 class TelegramTransport(Protocol):
     """What the adapter sends with: an object or dict with ``ok``, ``chat_id``,
     ``message_id`` and ``ref`` comes back. A transport may also offer
-    ``async send_chat_action(chat_id, action="typing", *, thread_id=None)``."""
+    ``async send_chat_action(chat_id, action="typing", *, thread_id=None)``, and, for the
+    adapter's ``stream=True``, ``async edit_message_text(chat_id, message_id, text, *,
+    max_retries=None)``: ``ok`` when the message shows ``text`` (also when it already did),
+    ``ok=False`` when the message cannot be edited (gone), ``unknown=True`` when the edit
+    timed out; a 429 it does not wait out (``max_retries=0``: none) raises an error with a
+    ``retry_after`` attribute (:class:`TelegramRateLimitedError`)."""
 
     async def send_message(
         self,
@@ -392,9 +412,10 @@ class BotApiTransport:
                 except (ptb.FloodWait, ptb.RetryAfter) as exc:
                     wait = _retry_after_seconds(exc)
                     if rate_limited >= self.max_retries:
-                        raise TurnKitError(
+                        raise TelegramRateLimitedError(
                             f"Telegram sendMessage to {chat} is still rate limited after "
-                            f"{rate_limited} retries (retry_after={wait:g}s)"
+                            f"{rate_limited} retries (retry_after={wait:g}s)",
+                            retry_after=wait,
                         ) from exc
                     rate_limited += 1
                     await _sleep(wait)
@@ -421,6 +442,79 @@ class BotApiTransport:
                     message_id=message_id,
                     ref=f"telegram:{chat}:{message_id}",
                 )
+
+    async def edit_message_text(
+        self,
+        chat_id: str,
+        message_id: str | int,
+        text: str,
+        *,
+        max_retries: int | None = None,
+    ) -> TelegramSendResult:
+        """Make message ``message_id`` of the chat show ``text`` (``editMessageText``).
+
+        * ``ok`` with the message id when it shows ``text`` now — also when it already did
+          (Telegram's "message is not modified");
+        * ``ok=False`` when the message cannot be edited ("message to edit not found",
+          "message can't be edited");
+        * ``unknown=True`` when the request timed out (an edit may be repeated safely);
+        * a 429 sleeps ``retry_after`` and retries, at most ``max_retries`` times (default:
+          the transport's), then raises :class:`TelegramRateLimitedError`;
+        * any other failure raises :class:`TurnKitError`.
+        """
+        ptb = self._ptb
+        chat = str(chat_id).strip()
+        if not chat:
+            raise InvalidArgumentError("edit_message_text needs a chat id")
+        message = _positive_id(message_id)
+        if message is None:
+            raise InvalidArgumentError(
+                f"edit_message_text needs a positive message id, got {message_id!r}"
+            )
+        retries = self.max_retries if max_retries is None else max_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidArgumentError(
+                f"max_retries must be a non-negative int, got {max_retries!r}"
+            )
+        target = _chat_target(chat)
+        await self._ensure_open()
+        rate_limited = 0
+        async with self._locks.hold(chat):
+            while True:
+                try:
+                    await self._bot.edit_message_text(text=text, chat_id=target, message_id=message)
+                except (ptb.FloodWait, ptb.RetryAfter) as exc:
+                    wait = _retry_after_seconds(exc)
+                    if rate_limited >= retries:
+                        raise TelegramRateLimitedError(
+                            f"Telegram editMessageText in {chat} is still rate limited after "
+                            f"{rate_limited} retries (retry_after={wait:g}s)",
+                            retry_after=wait,
+                        ) from exc
+                    rate_limited += 1
+                    await _sleep(wait)
+                    continue
+                except ptb.BadRequest as exc:
+                    detail = str(exc).lower()
+                    if _NOT_MODIFIED in detail:
+                        break  # it already shows the text
+                    if any(reason in detail for reason in _NOT_EDITABLE):
+                        return TelegramSendResult(ok=False, chat_id=chat)
+                    raise self._failure("editMessageText", chat, exc) from exc
+                except ptb.TimedOut as exc:
+                    if "pool timeout" in str(exc).lower():
+                        raise self._failure("editMessageText", chat, exc) from exc
+                    return TelegramSendResult(ok=False, chat_id=chat, unknown=True)
+                except ptb.NetworkError as exc:
+                    if _maybe_delivered(exc):
+                        return TelegramSendResult(ok=False, chat_id=chat, unknown=True)
+                    raise self._failure("editMessageText", chat, exc) from exc
+                except ptb.TelegramError as exc:
+                    raise self._failure("editMessageText", chat, exc) from exc
+                break
+        return TelegramSendResult(
+            ok=True, chat_id=chat, message_id=str(message), ref=f"telegram:{chat}:{message}"
+        )
 
     async def send_chat_action(
         self, chat_id: str, action: str = "typing", *, thread_id: str | None = None
