@@ -62,6 +62,7 @@ from ._errors import (
 from ._facade import agency
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
+from ._llm._model import Model
 from ._llm._provider import (
     ChatProvider,
     ChatRequest,
@@ -156,6 +157,7 @@ __all__ = [
     "MemoryStore",
     "Message",
     "MessageThread",
+    "Model",
     "NoModelError",
     "NondeterminismError",
     "NotInRunError",

@@ -61,7 +61,6 @@ if TYPE_CHECKING:
     from ._types import Checkpoint, Interrupt, RunResult
 
 __all__ = [
-    "ToolRoundsExceededError",
     "TRANSIENT_KINDS",
     "AgencyCancelledError",
     "AgencyError",
@@ -103,6 +102,7 @@ __all__ = [
     "StoreSchemaError",
     "StoreUnavailableError",
     "StructuredOutputError",
+    "ToolRoundsExceededError",
 ]
 
 

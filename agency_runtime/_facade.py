@@ -47,6 +47,8 @@ from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_
 from ._interrupts import handler, interrupt, with_handler
 from ._llm._chat import llm
 from ._llm._litellm import start_preload
+from ._llm._model import Model as _Model
+from ._llm._model import register_model, unregister_model
 from ._llm._stream import llm_stream
 from ._llm._tools import tool
 from ._locks import lock, with_lock
@@ -181,6 +183,26 @@ class Agency:
     sleep = staticmethod(sleep)
     wait_for_event = staticmethod(wait_for_event)
     patched = staticmethod(patched)
+
+    # -- models ------------------------------------------------------------------------------
+
+    Model = _Model
+    """``agency.Model(...)``: a model with its own endpoint, key, options and prices."""
+
+    def register_model(self, model: _Model) -> _Model | None:
+        """Make the string ``model.name`` mean ``model`` in this process; return the model
+        it replaces.
+
+        A registered name works wherever a model string does (``agency.llm(model=...)``,
+        ``agency.run``, ``agency.enqueue``, ``AGENCY_MODEL``), and a run stored with it
+        resumes with it. Runs record only the name, never the key: register models at
+        import, like entries, in every process that may resume or work on their runs.
+        """
+        return register_model(model)
+
+    def unregister_model(self, name: str) -> _Model | None:
+        """Forget the model registered under ``name``; return it (``None``: there was none)."""
+        return unregister_model(name)
 
     # -- declared entries --------------------------------------------------------------------
 

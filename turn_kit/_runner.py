@@ -55,6 +55,7 @@ from pydantic_core import from_json, to_json
 
 from agency_runtime import (
     InvalidArgumentError,
+    Model,
     ResumableScope,
     Store,
     agency,
@@ -230,7 +231,7 @@ class TurnRunner:
         memory: TurnMemoryOptions | None,
         context: Sequence[TurnContextProvider],
         store: str | Store | None,
-        model: str | None,
+        model: str | Model | None,
     ) -> None:
         self.namespace = js_trim(namespace)
         self.memory = memory
@@ -470,7 +471,7 @@ def create_turn_runner(
     memory: TurnMemoryOptions | dict[str, Any] | Literal[False] | None = None,
     context: Sequence[TurnContextProvider] = (),
     store: str | Store | None = None,
-    model: str | None = None,
+    model: str | Model | None = None,
 ) -> TurnRunner:
     """A runner for the turns of ``namespace`` (a lowercase slug).
 

@@ -19,6 +19,7 @@ from .._core._jsondata import check_name
 from .._durable._entries import location_ref
 from .._durable._values import check_entry, encode_arguments
 from .._errors import InvalidArgumentError, RunWaitTimeoutError
+from .._llm._model import Model
 from .._store import RunRecord, Store
 from .._types import RunResult
 from ._resume import get_record
@@ -46,7 +47,7 @@ async def enqueue(
     queue: str = "default",
     priority: int = 0,
     store: str | Store | None = None,
-    model: str | None = None,
+    model: str | Model | None = None,
     **kwargs: Any,
 ) -> str:
     """Queue ``entry(*args, **kwargs)`` as a durable run for a worker; return its run id.
@@ -55,6 +56,11 @@ async def enqueue(
     ``queue`` claims it, higher ``priority`` first, then the oldest. Arguments must be JSON
     data or pydantic models, as for :func:`agency.run`. A worker in another process runs only
     entries the application declares (``@agency.entry``) and imports (``--import MODULE``).
+
+    ``model`` is the run's default model, as for :func:`agency.run`: the run records its
+    name, and the worker that runs it uses the model registered under that name in its
+    process (a ``Model`` given here is registered in this one), else the name as a plain
+    model string.
 
     ``run_id`` is an idempotency key: enqueuing an id that exists returns it without queuing
     again (the entry and arguments must match, else :class:`RunConflictError`).

@@ -54,6 +54,8 @@ from .._errors import (
     RunPaused,
     StoreUnavailableError,
 )
+from .._llm._model import MODELS, Model, model_name, run_model
+from .._llm._model import check_model as check_llm_model
 from .._store import RunRecord, Store
 from .._types import ErrorInfo, Interrupt, RunResult, RunStatus
 from ._runtime import RUNTIME
@@ -106,12 +108,13 @@ def check_same_inputs(
 
 
 def check_model(model: object) -> str | None:
-    """``model`` when it is ``None`` or a usable model name; else an InvalidArgumentError."""
-    if model is not None and (not isinstance(model, str) or not model.strip()):
-        raise InvalidArgumentError(
-            f"model must be a non-empty string like 'openai/gpt-4o-mini', got {model!r}"
-        )
-    return model
+    """The name a run records for ``model`` (``None``, a model string, or an
+    :class:`~agency_runtime.Model`, which is registered under its name in this process so
+    the run resumes with it); else an InvalidArgumentError."""
+    checked = check_llm_model(model)
+    if isinstance(checked, Model):
+        checked = MODELS.adopt(checked)
+    return model_name(checked)
 
 
 def _when(epoch: float | None) -> datetime | None:
@@ -152,7 +155,7 @@ async def run(
     *args: Any,
     run_id: str | None = None,
     store: str | Store | None = None,
-    model: str | None = None,
+    model: str | Model | None = None,
     **kwargs: Any,
 ) -> RunResult:
     """Run ``entry(*args, **kwargs)`` as a durable run and return its :class:`RunResult`.
@@ -161,7 +164,10 @@ async def run(
     ``entry`` (sync or async) and must be JSON data or pydantic models, since it is stored.
     ``store`` is a URL or a :class:`Store` (default: ``AGENCY_STORE``, else
     ``sqlite:///./.agency/agency.db``). ``model`` is the default for ``agency.llm``
-    (else ``AGENCY_MODEL``).
+    (else ``AGENCY_MODEL``): a model string, an :class:`~agency_runtime.Model` or a
+    registered model's name. The run records only the name (never a key); a process that
+    resumes the run uses the model registered there under that name (register models at
+    import, like entries), else the name as a plain model string.
 
     With the ``run_id`` of a completed or cancelled run, the stored result is returned and
     nothing executes; a paused, failed or crashed run continues from its journal (completed
@@ -173,20 +179,20 @@ async def run(
     store_ = RUNTIME.stores.resolve(store)
     ref = RUNTIME.entries.entry_ref(entry)
     arguments = encode_arguments(args, kwargs)
-    check_model(model)
+    name = check_model(model)
     stored = await store_.get_run(run_id)
     if stored is not None:
         check_same_inputs(stored, ref, arguments, location_ref(entry))
         if stored.is_final:
             return result_from_record(stored, entry)
-        model = model or stored.model
+        name = name or stored.model
     RUNTIME.entries.remember(run_id, entry)
     record = RunRecord(
         run_id=run_id,
         status="running",
         entry=ref,
         arguments=arguments,
-        model=model or os.environ.get("AGENCY_MODEL") or None,
+        model=name or os.environ.get("AGENCY_MODEL") or None,
         created_at=(now := RUNTIME.clock.time()),
         updated_at=now,
     )
@@ -283,7 +289,7 @@ async def execute(
     journal).
     """
     clock = RUNTIME.clock
-    ctx = RuntimeContext(record.run_id, model=record.model, store=store, clock=clock)
+    ctx = RuntimeContext(record.run_id, model=run_model(record.model), store=store, clock=clock)
     root = Recorder(keep=False)
     journal: RunJournal | None = None
     status: RunStatus = "failed"

@@ -1,10 +1,10 @@
 """The run context and the per-branch state.
 
-:class:`RuntimeContext` is shared by every frame of one run: run id, model, store, clock,
-spend, tokens, globals, cancellation, and the typed state features keep per run
-(:class:`Slot`). :class:`BranchState` belongs to one branch of execution (the TS "state
-stack"): guards, handlers and the branch's abort signal. It is immutable; pushing a guard or
-handler makes a new one, carried by a new frame.
+:class:`RuntimeContext` is shared by every frame of one run: run id, model (a model string
+or an ``agency.Model``), store, clock, spend, tokens, globals, cancellation, and the typed
+state features keep per run (:class:`Slot`). :class:`BranchState` belongs to one branch of
+execution (the TS "state stack"): guards, handlers and the branch's abort signal. It is
+immutable; pushing a guard or handler makes a new one, carried by a new frame.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ._cancel import AbortSignal
 from ._money import pico_to_usd, usd_to_pico
 
 if TYPE_CHECKING:
+    from .._llm._model import Model
     from .._store import Store
     from .._types import Interrupt
 
@@ -94,7 +95,7 @@ class RuntimeContext:
         self,
         run_id: str | None = None,
         *,
-        model: str | None = None,
+        model: str | Model | None = None,
         globals: dict[str, dict[str, Any]] | None = None,
         subprocess_depth: int = 0,
         cost: float = 0.0,
@@ -109,7 +110,10 @@ class RuntimeContext:
         if tokens < 0:
             raise InvalidArgumentError(f"tokens must be 0 or more, got {tokens}")
         self.run_id = run_id
-        self.model = model
+        self.model: str | Model | None = model
+        """The default model of the run's ``agency.llm`` calls: an ``agency.Model`` (the one
+        given, or registered under the run's stored model name), a model string, or
+        ``None``; :attr:`model_name` is what the run records."""
         self.store = store
         self.clock: Clock = clock if clock is not None else SYSTEM_CLOCK
         self.globals: dict[str, dict[str, Any]] = globals if globals is not None else {}
@@ -119,6 +123,12 @@ class RuntimeContext:
         self._cost_pico = usd_to_pico(cost, what="cost")
         self._tokens = tokens
         self._lock = threading.Lock()
+
+    @property
+    def model_name(self) -> str | None:
+        """The name of the run's model (what its record stores), or ``None``."""
+        model = self.model
+        return model if model is None or isinstance(model, str) else model.name
 
     # -- feature state -----------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
-from pydantic import BaseModel, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from .._core._branches import qualify
@@ -47,7 +47,8 @@ from .._errors import (
     StructuredOutputError,
     ToolRoundsExceededError,
 )
-from .._guards import charge, gate
+from .._guards import CostGuard, charge, gate
+from ._model import Model, resolve_model
 from ._provider import (
     DEFAULT_TIMEOUT,
     ChatRequest,
@@ -61,7 +62,14 @@ from ._provider import (
 from ._registry import provider_for
 from ._tools import Tool, ValidationFailure, as_tools
 
-__all__ = ["DEFAULT_TIMEOUT", "MAX_TOOL_ROUNDS", "bill", "llm", "with_transient_retries"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_TOOL_ROUNDS",
+    "bill",
+    "llm",
+    "scrub",
+    "with_transient_retries",
+]
 
 logger = logging.getLogger("agency_runtime.llm")
 
@@ -87,6 +95,9 @@ TokenCallback = Callable[[str], Awaitable[None] | None]
 """``on_token(delta)``: called with each piece of a streamed answer, in order."""
 
 _unpriced: set[str] = set()
+"""The model names whose unpriced calls were warned about (once per process)."""
+_unpriced_in_guard: set[tuple[str, str]] = set()
+"""(model name, guard) pairs warned about: an unpriced call inside a cost guard."""
 _adapters: dict[object, TypeAdapter[Any]] = {}
 
 
@@ -102,16 +113,25 @@ def _is_empty(prompt: object) -> bool:
     return False
 
 
-def _resolve_model(frame: Frame, model: str | None) -> str:
+def _resolve_model(frame: Frame, model: str | Model | None) -> Model:
+    """The call's model: ``model=``, else the run's, else ``AGENCY_MODEL``; a string that
+    names a registered :class:`Model` is that model, any other a plain provider string."""
+    if isinstance(model, Model):
+        return model  # for this call only: nothing of it is stored, so it is not registered
     chosen = model or frame.ctx.model or os.environ.get("AGENCY_MODEL")
     if not chosen:
         raise NoModelError(
-            "agency.llm needs a model: pass model='provider/name', run with "
-            "agency.run(..., model=...), or set AGENCY_MODEL (offline: AGENCY_MODEL=fake/echo)"
+            "agency.llm needs a model: pass model='provider/name' or model=agency.Model(...), "
+            "run with agency.run(..., model=...), or set AGENCY_MODEL "
+            "(offline: AGENCY_MODEL=fake/echo)"
         )
+    if isinstance(chosen, Model):
+        return chosen
     if not isinstance(chosen, str) or not chosen.strip():
-        raise InvalidArgumentError(f"model must be a non-empty string, got {chosen!r}")
-    return chosen
+        raise InvalidArgumentError(
+            f"model must be a non-empty string or an agency.Model(...), got {chosen!r:.80}"
+        )
+    return resolve_model(chosen)
 
 
 def _resolve_thread(frame: Frame, thread: MessageThread | str | int | None) -> MessageThread:
@@ -180,7 +200,7 @@ def _check_rounds(max_tool_rounds: object) -> int:
 async def llm(
     prompt: MessageContent,
     *,
-    model: str | None = None,
+    model: str | Model | None = None,
     schema: Any = None,
     thread: MessageThread | str | int | None = None,
     max_tokens: int | None = None,
@@ -192,7 +212,10 @@ async def llm(
 ) -> Any:
     """Ask the model; return its answer (``str``, or an instance of ``schema``).
 
-    ``model`` applies to this call only (default: the run's model, else ``AGENCY_MODEL``).
+    ``model`` applies to this call only (default: the run's model, else ``AGENCY_MODEL``):
+    an :class:`~agency_runtime.Model`, the name of a registered one, or a provider model
+    string. (A ``Model`` given here is used as it is and not registered: the journal keeps
+    the call's answer, so a replay never needs it again.)
     ``thread`` is a :class:`MessageThread` or a thread id (default: the active thread).
     ``retries`` counts structured-output validation retries (default 1); transient
     provider errors are retried separately. ``timeout`` bounds each request (seconds).
@@ -237,7 +260,7 @@ async def llm(
         lambda: _converse(call, prompt, retries, rounds),
         encode=lambda outcome: _recorded(outcome, adapter),
         decode=lambda recorded: _revived(recorded, adapter),
-        callsite=chosen,
+        callsite=chosen.name,
         failures=RECORDED_FAILURES,
     )
     if replayed and on_token is not None and text:
@@ -281,7 +304,7 @@ class _Call:
         frame: Frame,
         path: str,
         thread: MessageThread,
-        model: str,
+        model: Model,
         schema: Any,
         adapter: TypeAdapter[Any] | None,
         timeout: float | None,
@@ -319,10 +342,10 @@ async def _converse(
             rounds += 1
             if rounds > max_rounds:
                 raise ToolRoundsExceededError(
-                    f"the model {call.model!r} still called tools after {max_rounds} round(s) "
-                    f"({', '.join(c.name for c in calls)}) without answering; raise "
+                    f"the model {call.model.name!r} still called tools after {max_rounds} "
+                    f"round(s) ({', '.join(c.name for c in calls)}) without answering; raise "
                     "max_tool_rounds, or tell it in the prompt when to stop",
-                    model=call.model,
+                    model=call.model.name,
                     attempts=rounds,
                 )
             if call.tools:
@@ -372,7 +395,7 @@ async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
             )
         else:
             call.thread.add("assistant", response.text)
-        pico, tokens = bill(response.cost, response.usage, call.model)
+        pico, tokens = bill(response.cost, response.usage, call.model, call.frame)
         charge(call.frame, pico=pico, tokens=tokens, enforce=False)
         return response.text, calls
 
@@ -391,7 +414,7 @@ async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
             str(data["text"]),
             [ToolCall(str(i), str(n), str(a)) for i, n, a in data["calls"]],
         ),
-        callsite=call.model,
+        callsite=call.model.name,
         failures=RECORDED_FAILURES,
     )
 
@@ -487,15 +510,92 @@ def _errors_of(exc: Exception) -> list[str]:
     return [str(exc)]
 
 
-def bill(cost: float | None, usage: Usage, model: str) -> tuple[int, int]:
-    """A response's spend: (pico-dollars, total tokens); an unknown cost is $0, logged once."""
+def bill(
+    cost: float | None, usage: Usage, model: Model | str, frame: Frame | None = None
+) -> tuple[int, int]:
+    """A response's spend: (pico-dollars, total tokens).
+
+    A :class:`Model` with prices of its own is billed with them (prompt tokens times its
+    input price plus completion tokens times its output price), whatever the provider
+    says; otherwise the provider's ``cost``. With neither the call is billed $0, and a
+    WARNING says so once per model name, and once per model and cost guard in ``frame``'s
+    scope (such a guard cannot stop those calls).
+    """
     tokens = usage.total_tokens
-    if cost is None or not math.isfinite(cost) or cost < 0:
-        if model not in _unpriced:
-            _unpriced.add(model)
-            logger.warning("no price is known for model %r: its calls are billed $0", model)
+    if isinstance(model, Model) and model.priced:
+        return model.price_pico(usage), tokens
+    if cost is None or isinstance(cost, bool) or not math.isfinite(cost) or cost < 0:
+        _warn_unpriced(model, frame)
         return 0, tokens
     return usd_to_pico(float(cost)), tokens
+
+
+def _price_hint(model: Model | str) -> str:
+    """How to price ``model``: the ``agency.Model(...)`` call that would."""
+    provider_model, name = (model, model) if isinstance(model, str) else (model.model, model.name)
+    named = "" if name == provider_model else f", name={name!r}"
+    return (
+        f"price it with agency.Model({provider_model!r}{named}, input_cost_per_token=..., "
+        "output_cost_per_token=...) (US dollars a token)"
+    )
+
+
+def _warn_unpriced(model: Model | str, frame: Frame | None) -> None:
+    name = model if isinstance(model, str) else model.name
+    if name not in _unpriced:
+        _unpriced.add(name)
+        logger.warning(
+            "no price is known for model %r: its calls are billed $0, so cost guards cannot "
+            "stop them; %s",
+            name,
+            _price_hint(model),
+        )
+    if frame is None:
+        return
+    for guard in frame.stack.guards:
+        if not isinstance(guard, CostGuard):
+            continue
+        shown = guard.guard_id if guard.label is None else f"{guard.label!r} ({guard.guard_id})"
+        key = (name, shown)
+        if key in _unpriced_in_guard:
+            continue
+        _unpriced_in_guard.add(key)
+        logger.warning(
+            "a call of the unpriced model %r inside the cost guard %s is billed $0: the "
+            "guard cannot stop it; %s",
+            name,
+            shown,
+            _price_hint(model),
+        )
+
+
+def scrub(text: str, secret: SecretStr | None) -> str:
+    """``text`` with ``secret``'s value masked (a provider's error may quote the key)."""
+    if secret is None:
+        return text
+    value = secret.get_secret_value()
+    return text.replace(value, "**********") if value else text
+
+
+class _ScrubbedError(Exception):
+    """A provider's error that quoted the model's api_key, the key masked (its chain cut)."""
+
+
+def _cause(original: BaseException, secret: SecretStr | None) -> BaseException:
+    """What an :class:`LLMCallError` is chained to: the provider's exception, or a stand-in
+    with the key masked when its message (or an exception it chains) quotes the key, so a
+    traceback never shows it."""
+    value = None if secret is None else secret.get_secret_value()
+    if not value:
+        return original
+    seen: BaseException | None = original
+    for _ in range(16):
+        if seen is None:
+            return original
+        if value in f"{seen} {seen.args!r}":
+            break
+        seen = seen.__cause__ or seen.__context__
+    return _ScrubbedError(scrub(f"{type(original).__qualname__}: {original}", secret))
 
 
 async def with_transient_retries(
@@ -504,6 +604,7 @@ async def with_transient_retries(
     model: str,
     signal: AbortSignal | None,
     what: str = "call",
+    secret: SecretStr | None = None,
 ) -> T:
     """``await call()``, retrying transient :class:`ProviderError` with capped backoff.
 
@@ -513,6 +614,7 @@ async def with_transient_retries(
     :class:`LLMCallError` chained to the provider library's original exception; any other
     exception a provider lets out (not an :class:`AgencyError`) is permanent too. When
     ``signal`` fires the call and the backoff sleep stop and its reason is raised.
+    ``secret`` (the model's api_key) is masked in every message that quotes the provider.
     """
     delay = BACKOFF_BASE
     for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
@@ -528,17 +630,17 @@ async def with_transient_retries(
             return result
         except ProviderError as exc:
             original = exc.original
-            reason = f"{type(original).__name__}: {original}"
+            reason = scrub(f"{type(original).__name__}: {original}", secret)
             if not exc.transient:
                 raise LLMCallError(
                     f"the {what} to {model!r} failed: {reason}", model=model, attempts=attempt
-                ) from original
+                ) from _cause(original, secret)
             if attempt == TRANSIENT_ATTEMPTS:
                 raise LLMCallError(
                     f"the {what} to {model!r} failed {attempt} times: {reason}",
                     model=model,
                     attempts=attempt,
-                ) from original
+                ) from _cause(original, secret)
             logger.info("transient error from %r (attempt %d): %s", model, attempt, reason)
             if signal is None:
                 await anyio.sleep(delay)
@@ -552,21 +654,22 @@ async def with_transient_retries(
             raise
         except Exception as exc:
             raise LLMCallError(
-                f"the {what} to {model!r} failed: {type(exc).__name__}: {exc}",
+                scrub(f"the {what} to {model!r} failed: {type(exc).__name__}: {exc}", secret),
                 model=model,
                 attempts=attempt,
-            ) from exc
+            ) from _cause(exc, secret)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def _request(call: _Call) -> ChatResponse:
-    model, schema, timeout, max_tokens = call.model, call.schema, call.timeout, call.max_tokens
-    provider = provider_for(model)
+    chosen, schema, timeout, max_tokens = call.model, call.schema, call.timeout, call.max_tokens
+    model, secret = chosen.name, chosen.api_key
+    provider = provider_for(chosen.model)
     messages = call.thread.to_llm_messages()
     output: type[BaseModel] | None = None
     if schema is not None:
         output = _response_format(schema)
-        if not await provider.supports_schema(model):
+        if not await provider.supports_schema(chosen.model):
             instruction = (
                 "Respond with only a JSON document matching this JSON schema: "
                 + json.dumps(output.model_json_schema())
@@ -574,17 +677,23 @@ async def _request(call: _Call) -> ChatResponse:
             messages = [*messages, {"role": "system", "content": instruction}]
             output = None
     request = ChatRequest(
-        model=model,
+        model=chosen.model,
         messages=messages,
         timeout=DEFAULT_TIMEOUT if timeout is None else float(timeout),
         max_tokens=max_tokens,
         response_format=output,
         tools=tuple(tool.spec for tool in call.tools.values()),
+        api_base=chosen.api_base,
+        api_key=secret,
+        params=chosen.params,
     )
     on_token = call.on_token
     if on_token is None:
         return await with_transient_retries(
-            lambda: provider.complete(request), model=model, signal=call.frame.stack.abort_signal
+            lambda: provider.complete(request),
+            model=model,
+            signal=call.frame.stack.abort_signal,
+            secret=secret,
         )
     streamed: list[str] = []
 
@@ -625,7 +734,7 @@ async def _request(call: _Call) -> ChatResponse:
         )
 
     return await with_transient_retries(
-        stream, model=model, signal=call.frame.stack.abort_signal, what="stream"
+        stream, model=model, signal=call.frame.stack.abort_signal, what="stream", secret=secret
     )
 
 

@@ -64,6 +64,7 @@ from typing import Any, Literal, Protocol, get_args
 
 import anyio
 import anyio.lowlevel
+from pydantic import SecretStr
 
 from .._errors import AgencyError
 from ._litellm import LITELLM_PROVIDER, add_load_hook, litellm_error, litellm_module
@@ -255,6 +256,18 @@ class FakeRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)
     """The tools the request offered, in the OpenAI shape (``{"type": "function",
     "function": {"name", "description", "parameters"}}``); ``[]`` when none."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """The request's provider keyword arguments at the seam: an ``agency.Model``'s
+    ``temperature``, ``seed``, ``top_p`` and ``options`` (``{}`` when none)."""
+    api_base: str | None = None
+    """The endpoint the request was sent to (a model's ``api_base``), if any."""
+    api_key: SecretStr | None = field(default=None, repr=False)
+    """The key the request carried (a ``SecretStr``: shown as ``'**********'``), if any."""
+
+    @property
+    def has_api_key(self) -> bool:
+        """Whether the request carried an api_key."""
+        return self.api_key is not None
 
 
 class _Errors(Protocol):
@@ -896,6 +909,9 @@ def _seam_request(fake: FakeModel, request: ChatRequest) -> FakeRequest:
         max_tokens=request.max_tokens,
         timeout=request.timeout,
         tools=[tool.to_openai() for tool in request.tools],
+        params=dict(request.params),
+        api_base=request.api_base,
+        api_key=request.api_key,
     )
 
 

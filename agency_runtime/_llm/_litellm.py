@@ -13,8 +13,11 @@ exceptions become :class:`~._provider.ProviderError` (:func:`litellm_error`: tim
 429, 5xx and dropped connections are transient); a cost litellm cannot compute
 (``completion_cost`` raises for unmapped models) is unknown (``None``), never a crash.
 
-A request's tools go to litellm as OpenAI-shape ``tools`` (``tool_choice`` left to the
-provider's default, ``"auto"``); the tools the model called come back as
+A request's ``api_base``, ``api_key`` (its secret value) and ``params`` (temperature, seed,
+top_p, a model's options) go to ``litellm.acompletion`` and ``litellm.aembedding`` as
+keyword arguments of the same names. A request's tools go to litellm as OpenAI-shape
+``tools`` (``tool_choice`` left to the provider's default, ``"auto"``, unless a model's
+options set it); the tools the model called come back as
 :class:`~._provider.ToolCall` items, read from ``message.tool_calls`` or assembled from a
 stream's ``delta.tool_calls`` pieces (arguments a provider sent as a dict are dumped to
 JSON text).
@@ -335,12 +338,24 @@ def _delta_of(chunk: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
+def _endpoint(request: ChatRequest | EmbedRequest) -> dict[str, Any]:
+    """The request's own endpoint and key (the key's value: litellm sends it)."""
+    kwargs: dict[str, Any] = {}
+    if request.api_base is not None:
+        kwargs["api_base"] = request.api_base
+    if request.api_key is not None:
+        kwargs["api_key"] = request.api_key.get_secret_value()
+    return kwargs
+
+
 def _chat_kwargs(request: ChatRequest) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
+        **request.params,  # temperature, seed, top_p, the model's options
         "model": request.model,
         "messages": request.messages,
         "timeout": request.timeout,
         "num_retries": 0,
+        **_endpoint(request),
     }
     if request.max_tokens is not None:
         kwargs["max_tokens"] = request.max_tokens
@@ -432,10 +447,12 @@ class LiteLLMProvider:
         litellm: Any = await load_litellm()
         try:
             response = await litellm.aembedding(
+                **request.params,
                 model=request.model,
                 input=list(request.texts),
                 timeout=request.timeout,
                 num_retries=0,
+                **_endpoint(request),
             )
         except AgencyError:
             raise

@@ -17,11 +17,11 @@ original. Cancellation is never mapped: anyio's cancellation exception passes th
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
 from .._errors import TRANSIENT_KINDS, ErrorKind, ProviderError
 
@@ -110,7 +110,8 @@ class ChatRequest:
     """One chat completion to ask a provider for."""
 
     model: str
-    """The model string as the caller named it (``"openai/gpt-4o-mini"``, ``"fake/echo"``)."""
+    """The provider's model string (``"openai/gpt-4o-mini"``, ``"fake/echo"``): an
+    ``agency.Model``'s ``model``, never its name."""
     messages: list[dict[str, Any]]
     """The chat messages (``{"role", "content"}`` dicts); a provider must not mutate them."""
     timeout: float = DEFAULT_TIMEOUT
@@ -123,6 +124,14 @@ class ChatRequest:
     yes; otherwise the schema travels as an instruction in ``messages``."""
     tools: tuple[ToolSpec, ...] = ()
     """Tools the model may call instead of answering (none: a plain completion)."""
+    api_base: str | None = None
+    """The endpoint's base URL, when the model has its own (``None``: the provider's default)."""
+    api_key: SecretStr | None = field(default=None, repr=False)
+    """The key to send, when the model has its own (``None``: the provider's default). A
+    provider sends ``api_key.get_secret_value()`` and never shows it."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """More keyword arguments for the provider: ``temperature``, ``seed``, ``top_p`` and the
+    model's ``options`` (JSON data), when set."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +184,12 @@ class EmbedRequest:
     model: str
     texts: list[str]
     timeout: float = DEFAULT_TIMEOUT
+    api_base: str | None = None
+    """The endpoint's base URL, when the model has its own."""
+    api_key: SecretStr | None = field(default=None, repr=False)
+    """The key to send, when the model has its own (never shown)."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """More keyword arguments for the provider (the model's ``options``)."""
 
 
 @dataclass(frozen=True, slots=True)

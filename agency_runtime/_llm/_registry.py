@@ -1,5 +1,6 @@
 """Which provider answers a model: routing by the model string's prefix.
 
+The provider model string routes (an ``agency.Model``'s ``model``, not its name):
 ``fake/...`` goes to the offline fake provider (:mod:`._fake`, imported on first use);
 a prefix registered with :func:`register_provider` to its provider; everything else to
 litellm (:mod:`._litellm`), the default, which imports litellm only when it is first asked.
@@ -13,6 +14,7 @@ import importlib
 import threading
 
 from .._errors import InvalidArgumentError
+from ._model import Model
 from ._provider import ChatProvider
 
 __all__ = [
@@ -73,8 +75,14 @@ class ProviderRegistry:
             provider = self._default = LITELLM_PROVIDER
         return provider
 
-    def provider_for(self, model: str) -> ChatProvider:
-        """The provider that answers ``model`` (never imports a provider library itself)."""
+    def provider_for(self, model: str | Model) -> ChatProvider:
+        """The provider that answers ``model`` (never imports a provider library itself).
+
+        A :class:`~._model.Model` is routed by its provider model string (``model.model``),
+        never by its name.
+        """
+        if isinstance(model, Model):
+            model = model.model
         prefix, slash, _ = model.partition("/")
         if slash:
             provider = self._providers.get(prefix) or self._built_ins.get(prefix)
@@ -116,6 +124,6 @@ def default_provider() -> ChatProvider:
     return PROVIDERS.default()
 
 
-def provider_for(model: str) -> ChatProvider:
+def provider_for(model: str | Model) -> ChatProvider:
     """The provider that answers ``model`` (never imports a provider library itself)."""
     return PROVIDERS.provider_for(model)

@@ -60,6 +60,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agency_runtime import (
     InvalidArgumentError,
+    Model,
     ResumableScope,
     RunNotFoundError,
     RunRecord,
@@ -446,7 +447,7 @@ class TelegramTurnAdapter:
         memory: TurnMemoryOptions | dict[str, Any] | Literal[False] | None,
         context: Sequence[TurnContextProvider],
         store: str | Store | None,
-        model: str | None,
+        model: str | Model | None,
         chunk_limit: int,
         typing: bool,
         stream: bool = False,
@@ -655,7 +656,7 @@ def create_telegram_turn_adapter(
     memory: TurnMemoryOptions | dict[str, Any] | Literal[False] | None = None,
     context: Sequence[TurnContextProvider] = (),
     store: str | Store | None = None,
-    model: str | None = None,
+    model: str | Model | None = None,
     chunk_limit: int = 4096,
     typing: bool = False,
     stream: bool = False,
