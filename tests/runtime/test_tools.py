@@ -376,3 +376,24 @@ async def test_bad_tool_options_are_refused(store: Store) -> None:
     ]:
         with pytest.raises(InvalidArgumentError, match=message):
             await agency.with_test_context(lambda o=options: entry(o))  # type: ignore[misc]
+
+
+def queues_a_note(text: str) -> str:
+    """Queue a note for the model's next request."""
+    agency.thread.current().queue_message(f"note: {text}")
+    return "queued"
+
+
+@agency.entry
+async def queues_during_a_round() -> str:
+    return str(await agency.llm("go", model="fake/tools", tools=[queues_a_note]))
+
+
+async def test_messages_queued_by_a_tool_follow_the_rounds_results(store: Store) -> None:
+    replies = [[FakeToolCall("queues_a_note", {"text": "hello"})], "ok"]
+    with FakeModel("tools", replies=replies) as fake:
+        result = await agency.run(queues_during_a_round, store=store)
+    assert result.value == "ok"
+    second = fake.calls[1].messages
+    assert [m["role"] for m in second] == ["user", "assistant", "tool", "user"]
+    assert second[-1]["content"] == "note: hello"
