@@ -522,21 +522,7 @@ class FakeBotApi:
             }
             self._sent.append(entry)
             self._by_id[(chat, message_id)] = entry
-        message: dict[str, Any] = {
-            "message_id": message_id,
-            "date": int(time.time()),
-            "chat": {"id": chat, "type": _chat_type(chat)},
-            "from": {
-                "id": self.bot_id,
-                "is_bot": True,
-                "first_name": "Fake Bot",
-                "username": self.username,
-            },
-            "text": text,
-        }
-        if thread is not None:
-            message["message_thread_id"] = thread
-            message["is_topic_message"] = True
+        message = self._bot_message(chat, message_id, text, thread)
         if reply_to is not None:
             message["reply_to_message"] = {
                 "message_id": reply_to,
@@ -572,11 +558,17 @@ class FakeBotApi:
                 {"chat_id": chat, "message_id": message_id, "text": text, "at": time.monotonic()}
             )
             thread = sent["message_thread_id"]
-        now = int(time.time())
+        message = self._bot_message(chat, message_id, text, thread)
+        message["edit_date"] = message["date"]
+        return message
+
+    def _bot_message(
+        self, chat: int | str, message_id: int, text: str, thread: int | None
+    ) -> dict[str, Any]:
+        """A message of this bot, as the Bot API returns it (in its topic, if any)."""
         message: dict[str, Any] = {
             "message_id": message_id,
-            "date": now,
-            "edit_date": now,
+            "date": int(time.time()),
             "chat": {"id": chat, "type": _chat_type(chat)},
             "from": {
                 "id": self.bot_id,
