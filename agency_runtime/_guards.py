@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeVar
 import anyio
 
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
+from ._core import _observe
 from ._core._cancel import AbortSignal
 from ._core._changes import Change, report_change, report_spend
 from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
@@ -197,7 +198,14 @@ def charge(frame: Frame, *, pico: int = 0, tokens: int = 0, enforce: bool = True
     if enforce:
         for guard in reversed(frame.stack.guards):
             if guard.over():
-                raise guard.error()
+                error = guard.error()
+                obs = _observe.OBSERVER
+                if obs is not None:
+                    with obs.guard(
+                        guard.type, guard.guard_id, guard.label, error.limit, error.spent
+                    ):
+                        raise error
+                raise error
 
 
 def charge_guards(frame: Frame, pico: int) -> None:
@@ -280,50 +288,61 @@ async def gate(frame: Frame) -> None:
     leaves the guard over raises :class:`GuardApproveError`; a rejection raises the guard's
     :class:`GuardExceededError`. Unanswered, the run pauses like any interrupt.
     """
-    from ._interrupts import ask  # the interrupt layer sits beside guards, not below them
-
     for guard in reversed(frame.stack.guards):
         if not isinstance(guard, CostGuard | TimeGuard) or not guard.over():
             continue
+        obs = _observe.OBSERVER
+        if obs is None:
+            await _settle(frame, guard)
+            continue
         error = guard.error()
-        name = f'guard "{guard.label}"' if guard.label else f"the {guard.type} guard"
-        if guard.type == "cost":
-            spent, limit = format_usd(error.spent), format_usd(error.limit)
-        else:
-            spent, limit = f"{error.spent:.3f}s", f"{error.limit}s"
-        asking = frame.evolve(
-            stack=frame.stack.evolve(handlers=frame.stack.handlers[: guard.handlers_at_install])
-        )
-        answer = await ask(
-            asking,
-            "std::guard",
-            f"{name} exceeded its {guard.type} budget: spent {spent} of {limit}. Approve more "
-            "budget (max_cost / max_time), or reject to stop.",
-            {
-                "label": guard.label,
-                "guard_id": guard.guard_id,
-                "dimension": guard.type,
-                "limit": error.limit,
-                "spent": error.spent,
-            },
-        )
-        if not answer.approved:
-            raise error
-        cost, seconds, disarm, message = _parse_grant(answer.value)
-        grant = ["grant", guard.guard_id, usd_to_pico(cost, what="max_cost"), seconds, disarm]
-        apply_grant(guard, grant)
-        report_change(grant)
-        if message is not None:
-            frame.threads.get_or_create_active().queue_message(
-                message, label=f"guard:{guard.label or guard.type}"
-            )
-        if guard.over():
-            raise GuardApproveError(
-                f"guard approval error: {name} is still over its {guard.type} budget after "
-                f"the approval (spent {error.spent}, limit now {guard.error().limit}); approve "
-                'with enough budget, e.g. {"max_cost": ...}, or reject'
-            )
+        with obs.guard(guard.type, guard.guard_id, guard.label, error.limit, error.spent):
+            await _settle(frame, guard)
         # Go on outwards: every guard this call pushed over its budget is asked about.
+
+
+async def _settle(frame: Frame, guard: Guard) -> None:
+    """Ask about ``guard``, over its budget; apply the grant, or raise its error."""
+    from ._interrupts import ask  # the interrupt layer sits beside guards, not below them
+
+    error = guard.error()
+    name = f'guard "{guard.label}"' if guard.label else f"the {guard.type} guard"
+    if guard.type == "cost":
+        spent, limit = format_usd(error.spent), format_usd(error.limit)
+    else:
+        spent, limit = f"{error.spent:.3f}s", f"{error.limit}s"
+    asking = frame.evolve(
+        stack=frame.stack.evolve(handlers=frame.stack.handlers[: guard.handlers_at_install])
+    )
+    answer = await ask(
+        asking,
+        "std::guard",
+        f"{name} exceeded its {guard.type} budget: spent {spent} of {limit}. Approve more "
+        "budget (max_cost / max_time), or reject to stop.",
+        {
+            "label": guard.label,
+            "guard_id": guard.guard_id,
+            "dimension": guard.type,
+            "limit": error.limit,
+            "spent": error.spent,
+        },
+    )
+    if not answer.approved:
+        raise error
+    cost, seconds, disarm, message = _parse_grant(answer.value)
+    grant = ["grant", guard.guard_id, usd_to_pico(cost, what="max_cost"), seconds, disarm]
+    apply_grant(guard, grant)
+    report_change(grant)
+    if message is not None:
+        frame.threads.get_or_create_active().queue_message(
+            message, label=f"guard:{guard.label or guard.type}"
+        )
+    if guard.over():
+        raise GuardApproveError(
+            f"guard approval error: {name} is still over its {guard.type} budget after "
+            f"the approval (spent {error.spent}, limit now {guard.error().limit}); approve "
+            'with enough budget, e.g. {"max_cost": ...}, or reject'
+        )
 
 
 # -- installing guards -----------------------------------------------------------------------

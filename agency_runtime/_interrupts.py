@@ -23,9 +23,10 @@ import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from ._core import _observe
 from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._core._jsondata import check_text, json_problem
-from ._durable._journal import journal_of
+from ._durable._journal import RunJournal, journal_of
 from ._errors import (
     HandlerRecursionError,
     InvalidArgumentError,
@@ -229,6 +230,26 @@ async def ask(
     address = position_of(frame).address
     key = interrupt_id(journal.run_id or "", address, journal.next_token(address, "interrupt"))
     journal.claimed.add(key)  # replayed: asked again (answered or still pending)
+    obs = _observe.OBSERVER
+    if obs is None:
+        return await _answer(frame, journal, key, address, effect, message, data, expects_value)
+    with obs.interrupt(effect, key, key in journal.answers) as watch:
+        answer = await _answer(frame, journal, key, address, effect, message, data, expects_value)
+        watch.decided(answer.type)
+    return answer
+
+
+async def _answer(
+    frame: Frame,
+    journal: RunJournal,
+    key: str,
+    address: str,
+    effect: str,
+    message: str,
+    data: Any,
+    expects_value: bool,
+) -> InterruptResponse:
+    """The answer to interrupt ``key``: the journal's, the handlers', or a pause."""
     answer = journal.answers.get(key)
     if answer is not None:
         asked_before = journal.asked.get(key)

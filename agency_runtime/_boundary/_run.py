@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 from pydantic import ValidationError
 
+from .._core import _observe
 from .._core._branches import run_root
 from .._core._changes import CHANGES, Recorder
 from .._core._context import BranchState, RuntimeContext
@@ -286,8 +287,36 @@ async def execute(
     :data:`LEASE_SECONDS`). With ``handback`` (a worker's run), the run goes back to its
     queue instead: after the next step commit once ``handback.requested`` is set (a draining
     worker), and when it is interrupted from outside (another worker continues it from its
-    journal).
+    journal). With an observer installed (:mod:`agency_runtime.otel`) the execution is one
+    observed run, its steps inside it.
     """
+    obs = _observe.OBSERVER
+    if obs is None:
+        return await _execute(
+            store, record, owner, entry, args, kwargs,
+            fresh=fresh, lease_seconds=lease_seconds, handback=handback,
+        )  # fmt: skip
+    with obs.run(record.run_id, record.entry, record.attempts) as watch:
+        result = await _execute(
+            store, record, owner, entry, args, kwargs,
+            fresh=fresh, lease_seconds=lease_seconds, handback=handback,
+        )  # fmt: skip
+        watch.finished(result.status, result.cost, result.exception)
+    return result
+
+
+async def _execute(
+    store: Store,
+    record: RunRecord,
+    owner: str,
+    entry: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    fresh: bool,
+    lease_seconds: float | None,
+    handback: HandBack | None,
+) -> RunResult:
     clock = RUNTIME.clock
     ctx = RuntimeContext(record.run_id, model=run_model(record.model), store=store, clock=clock)
     root = Recorder(keep=False)

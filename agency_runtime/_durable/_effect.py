@@ -15,6 +15,10 @@ forgotten when the run stops, so a retry of the failed run runs the call again.
 
 Every recorded item is checked against the call that claims it: a unit replayed under
 another name raises :class:`NondeterminismError` naming both sides.
+
+With an observer installed (:mod:`agency_runtime._core._observe`), each unit performed or
+replayed is an observed step, its function running inside it; a caller that reports a unit
+its own way (an LLM request, a tool) passes ``observed=False``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any, TypeVar
 
 from pydantic_core import from_json, to_json
 
+from .._core import _observe
 from .._core._branches import close_base, open_base
 from .._core._changes import CHANGES, Recorder
 from .._core._frame import _FRAME, Frame
@@ -109,8 +114,21 @@ def recorded(journal: RunJournal, path: str, name: str, callsite: str) -> Journa
     return entry
 
 
-def replay(frame: Frame, journal: RunJournal, entry: JournalEntry, decode: Callable[[str], T]) -> T:
-    """Apply ``entry``'s changes and return its decoded result (or raise its failure)."""
+def replay(
+    frame: Frame,
+    journal: RunJournal,
+    entry: JournalEntry,
+    decode: Callable[[str], T],
+    *,
+    observed: bool = True,
+) -> T:
+    """Apply ``entry``'s changes and return its decoded result (or raise its failure).
+
+    ``observed=False``: the caller reports the unit to the observer itself.
+    """
+    if (obs := _observe.OBSERVER) is not None and observed:
+        with obs.step(entry.name, entry.path, True):
+            return replay(frame, journal, entry, decode, observed=False)
     try:
         if entry.deltas:
             replay_changes(frame, from_json(entry.deltas))
@@ -139,6 +157,7 @@ async def perform(
     run_frame: Frame | None = None,
     fields: Callable[[], dict[str, Any]] | None = None,
     failures: tuple[type[Exception], ...] = (),
+    observed: bool = True,
 ) -> V:
     """Run ``fn`` (sync or async) as the unit at ``path`` and commit it; return its value.
 
@@ -146,8 +165,17 @@ async def perform(
     ``encode(result)`` gives the JSON text to journal and the value to return (it may
     raise, e.g. ``StepResultError``: then nothing is committed). ``fields()`` adds columns
     of the entry (a scope step's locals and scope chain). An exception in ``failures`` is
-    committed as the unit's outcome before it propagates.
+    committed as the unit's outcome before it propagates. With an observer installed the
+    unit (``fn`` and its commit) runs inside the observer's step, unless ``observed=False``
+    (the caller reports it itself).
     """
+    if (obs := _observe.OBSERVER) is not None and observed:
+        with obs.step(name, path, False):
+            return await perform(
+                frame, journal, path, name, callsite, fn,
+                encode=encode, run_frame=run_frame, fields=fields, failures=failures,
+                observed=False,
+            )  # fmt: skip
     outer = CHANGES.get()
     recorder = Recorder()
     token = CHANGES.set(recorder)
@@ -223,20 +251,25 @@ async def journaled(
     decode: Callable[[Any], T],
     callsite: str = "",
     failures: tuple[type[Exception], ...] = (),
+    observed: bool = True,
 ) -> T:
     """Run ``operation`` once per run at ``path``: later executions replay its outcome.
 
     ``encode(result)`` is the JSON data journaled; ``decode(data)`` rebuilds the result on
     replay. ``failures``: exceptions journaled as the outcome (and raised again on replay).
+    ``observed=False``: the caller reports the unit to the observer itself.
     """
     journal = journal_of(frame.ctx)
     entry = recorded(journal, path, name, callsite)
     if entry is not None:
-        return replay(frame, journal, entry, lambda text: decode(from_json(text)))
+        return replay(
+            frame, journal, entry, lambda text: decode(from_json(text)), observed=observed
+        )
 
     def encoded(result: T) -> tuple[str, T]:
         return to_json(encode(result)).decode(), result
 
     return await perform(
-        frame, journal, path, name, callsite, operation, encode=encoded, failures=failures
-    )
+        frame, journal, path, name, callsite, operation,
+        encode=encoded, failures=failures, observed=observed,
+    )  # fmt: skip

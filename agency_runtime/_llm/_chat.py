@@ -30,11 +30,12 @@ import anyio
 from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from .._core import _observe
 from .._core._branches import qualify
 from .._core._cancel import AbortSignal, abort_reason, cancelled_by
 from .._core._frame import Frame, current_frame, position_of
 from .._core._jsondata import json_problem
-from .._core._money import usd_to_pico
+from .._core._money import pico_to_usd, usd_to_pico
 from .._core._threads import Message, MessageContent, MessageThread
 from .._durable._effect import RECORDED_FAILURES, journaled
 from .._durable._journal import journal_of
@@ -253,16 +254,26 @@ async def llm(
         frame, path, target, chosen, schema, adapter, timeout, max_tokens, chosen_tools, on_token
     )
     replayed = journal.entries.get(path) is not None
-    value, text = await journaled(
-        frame,
-        path,
-        "agency.llm",
-        lambda: _converse(call, prompt, retries, rounds),
-        encode=lambda outcome: _recorded(outcome, adapter),
-        decode=lambda recorded: _revived(recorded, adapter),
-        callsite=chosen.name,
-        failures=RECORDED_FAILURES,
-    )
+
+    def unit(observed: bool) -> Awaitable[tuple[Any, str]]:
+        return journaled(
+            frame,
+            path,
+            "agency.llm",
+            lambda: _converse(call, prompt, retries, rounds),
+            encode=lambda outcome: _recorded(outcome, adapter),
+            decode=lambda recorded: _revived(recorded, adapter),
+            callsite=chosen.name,
+            failures=RECORDED_FAILURES,
+            observed=observed,
+        )
+
+    obs = _observe.OBSERVER
+    if obs is None or not replayed:
+        value, text = await unit(True)
+    else:  # a replayed call: its step, and the answer it gives without asking the model
+        with obs.step("agency.llm", path, True), obs.chat(chosen.model, chosen.name, path, True):
+            value, text = await unit(False)
     if replayed and on_token is not None and text:
         await _emit(on_token, text)  # a replay streams the recorded answer in one piece
     await gate(frame)
@@ -376,62 +387,92 @@ async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
     """One request to the model and its answer on the thread, billed.
 
     With tools each round is a journaled unit of its own (``…/round#N``): a run resumed in
-    the middle of a tool loop replays the rounds it had instead of asking again.
+    the middle of a tool loop replays the rounds it had instead of asking again. An
+    observer sees each request as a chat (the round's own step would only repeat it), and a
+    replayed round as a replayed chat.
     """
+    path = f"{call.path}/round#{turn}" if call.tools else call.path
 
     async def ask() -> tuple[str, list[ToolCall]]:
-        response = await _request(call)
-        calls = list(response.tool_calls)
-        if calls:
-            call.thread.push(
-                Message.model_construct(
-                    role="assistant",
-                    content=response.text,
-                    label=None,
-                    tool_calls=[c.to_openai() for c in calls],
-                    tool_call_id=None,
-                    name=None,
-                )
-            )
-        else:
-            call.thread.add("assistant", response.text)
-        pico, tokens = bill(response.cost, response.usage, call.model, call.frame)
-        charge(call.frame, pico=pico, tokens=tokens, enforce=False)
-        return response.text, calls
+        obs = _observe.OBSERVER
+        if obs is None:
+            return await _answer(call, None)
+        with obs.chat(call.model.model, call.model.name, path, False) as watch:
+            return await _answer(call, watch)
 
     if not call.tools:
         return await ask()
-    return await journaled(
-        call.frame,
-        f"{call.path}/round#{turn}",
-        "agency.llm:round",
-        ask,
-        encode=lambda outcome: {
-            "text": outcome[0],
-            "calls": [[c.id, c.name, c.arguments] for c in outcome[1]],
-        },
-        decode=lambda data: (
-            str(data["text"]),
-            [ToolCall(str(i), str(n), str(a)) for i, n, a in data["calls"]],
-        ),
-        callsite=call.model.name,
-        failures=RECORDED_FAILURES,
-    )
+
+    def unit() -> Awaitable[tuple[str, list[ToolCall]]]:
+        return journaled(
+            call.frame,
+            path,
+            "agency.llm:round",
+            ask,
+            encode=lambda outcome: {
+                "text": outcome[0],
+                "calls": [[c.id, c.name, c.arguments] for c in outcome[1]],
+            },
+            decode=lambda data: (
+                str(data["text"]),
+                [ToolCall(str(i), str(n), str(a)) for i, n, a in data["calls"]],
+            ),
+            callsite=call.model.name,
+            failures=RECORDED_FAILURES,
+            observed=False,
+        )
+
+    obs = _observe.OBSERVER
+    if obs is None or path not in journal_of(call.frame.ctx).entries:
+        return await unit()
+    with obs.chat(call.model.model, call.model.name, path, True):
+        return await unit()
+
+
+async def _answer(call: _Call, watch: _observe.ChatWatch | None) -> tuple[str, list[ToolCall]]:
+    """Ask the model once; put its answer on the thread and bill it (``watch``: report it)."""
+    response = await _request(call)
+    calls = list(response.tool_calls)
+    if calls:
+        call.thread.push(
+            Message.model_construct(
+                role="assistant",
+                content=response.text,
+                label=None,
+                tool_calls=[c.to_openai() for c in calls],
+                tool_call_id=None,
+                name=None,
+            )
+        )
+    else:
+        call.thread.add("assistant", response.text)
+    pico, tokens = bill(response.cost, response.usage, call.model, call.frame)
+    charge(call.frame, pico=pico, tokens=tokens, enforce=False)
+    if watch is not None:
+        usage = response.usage
+        watch.answered(usage.prompt_tokens, usage.completion_tokens, pico_to_usd(pico))
+    return response.text, calls
 
 
 async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
     """Execute one tool call as a journaled step (``tool:<name>``) and put its result on the
-    thread; what went wrong is the result the model reads."""
+    thread; what went wrong is the result the model reads (and an observer's failure)."""
     chosen = call.tools.get(tool_call.name)
+    watch: _observe.ToolWatch | None = None
+
+    def failed(message: str, error: Exception | None = None) -> str:
+        if watch is not None:
+            watch.failed(message, error)
+        return f"Error: {message}"
 
     async def execute() -> str:
         if chosen is None:
             known = ", ".join(sorted(call.tools)) or "none"
-            return f"Error: there is no tool named {tool_call.name!r} (tools: {known})"
+            return failed(f"there is no tool named {tool_call.name!r} (tools: {known})")
         try:
             arguments = chosen.parse(tool_call.arguments)
         except ValidationFailure as exc:
-            return f"Error: the arguments of {chosen.name!r} are not valid: {_brief(exc)}"
+            return failed(f"the arguments of {chosen.name!r} are not valid: {_brief(exc)}", exc)
         if chosen.needs_approval:
             from .._interrupts import ask  # interrupts sit beside this layer, not below it
 
@@ -452,7 +493,7 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
         except AgencyError:
             raise
         except Exception as exc:  # the model reads what went wrong, and may try again
-            return f"Error: {chosen.name} raised {type(exc).__name__}: {exc}"
+            return failed(f"{chosen.name} raised {type(exc).__name__}: {exc}", exc)
         problem = json_problem(result)
         if problem is not None:
             raise StepResultError(
@@ -462,15 +503,27 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
         return result if isinstance(result, str) else to_json(result).decode()
 
     name = tool_call.name if chosen is None else chosen.name
-    content = await journaled(
-        call.frame,
-        f"{call.path}/tool#{index}",
-        f"tool:{name}",
-        execute,
-        encode=lambda text: text,
-        decode=str,
-        callsite=tool_call.id,
-    )
+    path = f"{call.path}/tool#{index}"
+
+    def unit() -> Awaitable[str]:
+        return journaled(
+            call.frame,
+            path,
+            f"tool:{name}",
+            execute,
+            encode=lambda text: text,
+            decode=str,
+            callsite=tool_call.id,
+            observed=False,  # the tool's span is its step's
+        )
+
+    obs = _observe.OBSERVER
+    if obs is None:
+        content = await unit()
+    else:
+        replayed = path in journal_of(call.frame.ctx).entries
+        with obs.tool(name, tool_call.id, path, replayed) as watch:
+            content = await unit()
     call.thread.push(
         Message.model_construct(
             role="tool",

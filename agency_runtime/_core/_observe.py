@@ -1,0 +1,96 @@
+"""The observation seam: what the runtime tells a tracer about a run, when one is installed.
+
+:data:`OBSERVER` is ``None`` unless :func:`agency_runtime.otel.instrument` installed one, and
+every call site reads it once and takes its plain path when it is ``None``
+(``obs = _observe.OBSERVER; if obs is None: ...``), so a process that does not trace pays
+one attribute read per run, step, model request, tool call or interrupt, and imports no
+tracing library. An :class:`Observer` gives context managers: the runtime enters one around
+the work it describes, inside the task doing it, so the work (a step's function, a tool)
+runs with the observer's span current and a user's own spans nest under it. An exception
+leaving the block is the work's outcome (the run-control signals, ``RunPaused`` and its
+kin, among them); the handles some of them yield take what is known only at the end.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+__all__ = [
+    "OBSERVER",
+    "ChatWatch",
+    "InterruptWatch",
+    "Observer",
+    "RunWatch",
+    "ToolWatch",
+    "install",
+]
+
+
+class RunWatch(Protocol):
+    """The handle of one execution of a run."""
+
+    def finished(self, status: str, cost_usd: float, error: BaseException | None) -> None:
+        """The execution ended: the run's status, its whole cost so far, its error."""
+
+
+class ChatWatch(Protocol):
+    """The handle of one request to a model."""
+
+    def answered(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        """The model answered: the tokens the provider counted and what the answer cost."""
+
+
+class ToolWatch(Protocol):
+    """The handle of one tool execution."""
+
+    def failed(self, message: str, error: BaseException | None = None) -> None:
+        """The tool failed (its error goes back to the model, so nothing is raised)."""
+
+
+class InterruptWatch(Protocol):
+    """The handle of one interrupt asked."""
+
+    def decided(self, decision: str) -> None:
+        """The interrupt was answered (``"approve"`` or ``"reject"``)."""
+
+
+class Observer(Protocol):
+    """What the runtime reports; each method opens a context manager around the work."""
+
+    def run(self, run_id: str, entry: str, attempt: int) -> AbstractContextManager[RunWatch]:
+        """One execution of a run (the entry called until it returns, pauses or fails)."""
+
+    def step(self, name: str, path: str, replayed: bool) -> AbstractContextManager[object]:
+        """A journaled unit: executed, or ``replayed`` from its journal entry (no work)."""
+
+    def chat(
+        self, model: str, name: str, path: str, replayed: bool
+    ) -> AbstractContextManager[ChatWatch]:
+        """A request to the provider ``model`` (the agency model ``name``), or a replayed
+        answer (no request)."""
+
+    def tool(
+        self, name: str, call_id: str, path: str, replayed: bool
+    ) -> AbstractContextManager[ToolWatch]:
+        """A tool the model called, executed or replayed."""
+
+    def interrupt(
+        self, effect: str, interrupt_id: str, replayed: bool
+    ) -> AbstractContextManager[InterruptWatch]:
+        """An interrupt asked (``replayed``: its answer is in the journal)."""
+
+    def guard(
+        self, kind: str, guard_id: str, label: str | None, budget: float, spent: float
+    ) -> AbstractContextManager[object]:
+        """A guard over its budget: what is done about it (asked, granted, raised)."""
+
+
+OBSERVER: Observer | None = None
+"""The process's observer (``None``: nothing is observed)."""
+
+
+def install(observer: Observer | None) -> None:
+    """Make ``observer`` the process's observer (``None``: stop observing)."""
+    global OBSERVER
+    OBSERVER = observer
