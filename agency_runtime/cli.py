@@ -13,8 +13,13 @@ Commands::
     agency runs cancel RUN_ID
     agency runs fork RUN_ID STEP_PATH [--new-id ID]
     agency worker [--queue NAME]... [--concurrency N] [--lease S] [--poll S] [--import MODULE]...
+    agency ui [--host 127.0.0.1] [--port 8765] [--token T] [--import MODULE]...
 
-Every ``runs`` command and ``worker`` take ``--store URL`` (default: ``AGENCY_STORE``, else
+``agency ui`` serves the run inspector (extra ``ui``): a local web page of the store's runs,
+their journals as timelines, and forms that answer, fork, cancel and send events. It binds to
+loopback; another ``--host`` needs ``--token`` (or ``AGENCY_UI_TOKEN``).
+
+Every ``runs`` command, ``worker`` and ``ui`` take ``--store URL`` (default: ``AGENCY_STORE``, else
 the embedded store in ``./.agency/``) and ``--json`` (machine-readable output), before or
 after the command name.
 
@@ -41,6 +46,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import ipaddress
 import json
 import math
 import os
@@ -48,6 +54,7 @@ import signal
 import sys
 import textwrap
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -100,6 +107,11 @@ MAX_OFFSET = 2**63 - 1
 """The largest ``--offset`` (SQLite's largest integer)."""
 SIGPIPE_STATUS = 141
 """The exit status when the output was closed early (128 + SIGPIPE, as a shell reports it)."""
+UI_TOKEN_ENV = "AGENCY_UI_TOKEN"
+"""The environment variable ``agency ui`` reads its token from when ``--token`` is not given
+(a token on the command line is visible to other users in ``ps``)."""
+UI_MIN_TOKEN = 16
+UI_EXTRA = "python3 -m pip install 'agency-runtime[ui]'"
 
 _MIN_CELL = 8
 _NO_VALUE = object()
@@ -934,6 +946,38 @@ def build_parser() -> argparse.ArgumentParser:
     removing.set_defaults(action="schedules_remove")
     removing.add_argument("name", metavar="NAME")
 
+    ui = commands.add_parser(
+        "ui",
+        help="serve the run inspector: a local web page of the runs (extra ui)",
+        parents=[common],
+        description="Serve a web page of the store's runs: filter and search them, read each "
+        "run's journal as a timeline, answer its interrupts, fork, cancel and send events. "
+        "Binds to loopback; a non-loopback --host needs --token (then every request needs "
+        "it: open the printed address once, or send 'Authorization: Bearer TOKEN'). Needs "
+        "the ui extra: pip install 'agency-runtime[ui]'.",
+    )
+    ui.set_defaults(action="ui")
+    ui.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address to bind (default 127.0.0.1)",
+    )
+    ui.add_argument(
+        "--port",
+        type=_whole("--port", 1, 65535),
+        default=8765,
+        metavar="PORT",
+        help="the port (default 8765)",
+    )
+    ui.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help=f"require this token (at least {UI_MIN_TOKEN} characters) on every request "
+        f"(default: ${UI_TOKEN_ENV}); needed for a non-loopback --host",
+    )
+    _add_imports(ui)
+
     runs = commands.add_parser(
         "runs", help="list, inspect, resume, answer, cancel and fork runs", parents=[common]
     )
@@ -1123,6 +1167,62 @@ def _silence_stdout() -> None:
         pass  # not a real file (a test's capture): nothing will be flushed to a closed pipe
 
 
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback (``127.0.0.1``, ``::1``, ``localhost``)."""
+    host = host.strip().lower().rstrip(".").removeprefix("[").removesuffix("]")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _ui(ns: argparse.Namespace) -> int:
+    """``agency ui``: serve the run inspector (``agency_runtime._ui``) with uvicorn."""
+    host: str = ns.host
+    token: str | None = ns.token or os.environ.get(UI_TOKEN_ENV) or None
+    if not _is_loopback(host) and token is None:
+        raise UsageError(
+            f"--host {host} is not a loopback address: anyone who can reach it could read and "
+            f"change your runs. Pass --token TOKEN (or set {UI_TOKEN_ENV}), e.g. a token made "
+            "with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))' — or keep the "
+            "default --host 127.0.0.1"
+        )
+    if token is not None and (len(token) < UI_MIN_TOKEN or token != token.strip()):
+        raise UsageError(
+            f"--token must be at least {UI_MIN_TOKEN} characters without surrounding spaces; "
+            "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
+        )
+    try:  # by name: the inspector sits beside the CLI in the top layer
+        inspector = importlib.import_module("agency_runtime._ui")
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or "a package"
+        if missing.startswith("agency_runtime"):
+            raise
+        print(
+            f"{PROG}: error: `agency ui` needs the ui extra ({missing} is not installed): "
+            f"{UI_EXTRA}",
+            file=sys.stderr,
+        )
+        return 1
+    store = _open_store(getattr(ns, "store", None))
+    _importable_cwd()
+    RUNTIME.entries.import_app_modules(ns.imports or [])
+    app = inspector.create_app(store, token=token)
+    shown = f"[{host}]" if ":" in host else host
+    address = f"http://{shown}:{ns.port}/"
+    if token is not None:
+        address += "?token=" + urllib.parse.quote(token, safe="")
+    print(
+        f"agency ui: the runs of {store.url} at {address} (Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
+    inspector.serve(app, host=host, port=ns.port)
+    return 0
+
+
 def _run(args: list[str], parser: argparse.ArgumentParser) -> int:
     as_json = False
     try:
@@ -1132,6 +1232,8 @@ def _run(args: list[str], parser: argparse.ArgumentParser) -> int:
         if ns.command == "demo":
             return _demo(list(ns.rest))
         as_json = bool(getattr(ns, "json", False))
+        if ns.command == "ui":
+            return _ui(ns)
         commands = _Commands(ns, sys.stdout, sys.stderr)
         action: Callable[[], Any] = getattr(commands, ns.action)
         return cast(int, anyio.run(action))

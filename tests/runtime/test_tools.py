@@ -215,9 +215,7 @@ async def test_an_approval_pauses_and_the_resumed_loop_reruns_no_finished_tool(
         assert asked.effect == "std::tool-approval"
         assert asked.data == {"tool": "pay", "arguments": {"amount": 5, "to": "Ada"}}
         assert RAN == {"weather Paris": 1}
-        done = await agency.respond_to_interrupts(
-            "p", {asked.interrupt_id: approve()}, store=store
-        )
+        done = await agency.respond_to_interrupts("p", {asked.interrupt_id: approve()}, store=store)
     assert (done.status, done.value) == ("completed", "Done: paid.")
     assert RAN == {"weather Paris": 1, "pay 5 Ada": 1}
     assert len(fake.calls) == 3  # the two rounds before the pause were replayed
