@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
-import ipaddress
 import json
 import math
 import os
@@ -71,6 +70,7 @@ from ._core._money import PICO_PER_USD
 from ._errors import (
     AgencyError,
     InterruptAnswerError,
+    InvalidArgumentError,
     RunNotFoundError,
     StoreUnavailableError,
 )
@@ -110,7 +110,6 @@ SIGPIPE_STATUS = 141
 UI_TOKEN_ENV = "AGENCY_UI_TOKEN"
 """The environment variable ``agency ui`` reads its token from when ``--token`` is not given
 (a token on the command line is visible to other users in ``ps``)."""
-UI_MIN_TOKEN = 16
 UI_EXTRA = "python3 -m pip install 'agency-runtime[ui]'"
 
 _MIN_CELL = 8
@@ -973,7 +972,7 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument(
         "--token",
         metavar="TOKEN",
-        help=f"require this token (at least {UI_MIN_TOKEN} characters) on every request "
+        help="require this token (long and random) on every request "
         f"(default: ${UI_TOKEN_ENV}); needed for a non-loopback --host",
     )
     _add_imports(ui)
@@ -1167,33 +1166,10 @@ def _silence_stdout() -> None:
         pass  # not a real file (a test's capture): nothing will be flushed to a closed pipe
 
 
-def _is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine's loopback (``127.0.0.1``, ``::1``, ``localhost``)."""
-    host = host.strip().lower().rstrip(".").removeprefix("[").removesuffix("]")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _ui(ns: argparse.Namespace) -> int:
     """``agency ui``: serve the run inspector (``agency_runtime._ui``) with uvicorn."""
     host: str = ns.host
     token: str | None = ns.token or os.environ.get(UI_TOKEN_ENV) or None
-    if not _is_loopback(host) and token is None:
-        raise UsageError(
-            f"--host {host} is not a loopback address: anyone who can reach it could read and "
-            f"change your runs. Pass --token TOKEN (or set {UI_TOKEN_ENV}), e.g. a token made "
-            "with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))' — or keep the "
-            "default --host 127.0.0.1"
-        )
-    if token is not None and (len(token) < UI_MIN_TOKEN or token != token.strip()):
-        raise UsageError(
-            f"--token must be at least {UI_MIN_TOKEN} characters without surrounding spaces; "
-            "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
-        )
     try:  # by name: the inspector sits beside the CLI in the top layer
         inspector = importlib.import_module("agency_runtime._ui")
     except ImportError as exc:
@@ -1206,6 +1182,22 @@ def _ui(ns: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    # The inspector's own rules (the same ones its request guard applies), said in flags.
+    if not inspector.is_loopback(host) and token is None:
+        raise UsageError(
+            f"--host {host} is not a loopback address: anyone who can reach it could read and "
+            f"change your runs. Pass --token TOKEN (or set {UI_TOKEN_ENV}), e.g. a token made "
+            "with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))' — or keep the "
+            "default --host 127.0.0.1"
+        )
+    try:
+        inspector.check_token(token)
+    except InvalidArgumentError:
+        raise UsageError(
+            f"--token must be at least {inspector.MIN_TOKEN_LENGTH} characters without "
+            "surrounding spaces; make one with: "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
+        ) from None
     store = _open_store(getattr(ns, "store", None))
     _importable_cwd()
     RUNTIME.entries.import_app_modules(ns.imports or [])

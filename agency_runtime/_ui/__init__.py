@@ -7,6 +7,7 @@ code that asks for the inspector import it.
 """
 
 from ._app import create_app
+from ._security import MIN_TOKEN_LENGTH, check_token, is_loopback
 from ._server import serve
 
-__all__ = ["create_app", "serve"]
+__all__ = ["MIN_TOKEN_LENGTH", "check_token", "create_app", "is_loopback", "serve"]
