@@ -66,8 +66,7 @@ from ._rows import (
 )
 from ._rows import STEP_COLUMNS as _STEP_COLUMNS
 from ._rules import (
-    BM25_B,
-    BM25_K1,
+    Bm25,
     claim_decision,
     pick_claims,
     query_terms,
@@ -1283,20 +1282,10 @@ def _best(rows: list[tuple[Any, ...]], terms: list[str], limit: int) -> list[tup
     backend picks the same items. Ties: the newest first (created, then saved).
     """
     total, length, holding = int(rows[0][-3]), int(rows[0][-2]), list(rows[0][-1])
-    average = length / total or 1.0
-    weights = {
-        term: max(math.log((total - n + 0.5) / (n + 0.5)), 1e-6)
-        for term, n in zip(terms, holding, strict=True)
-    }
+    ranking = Bm25(total, length, dict(zip(terms, holding, strict=True)))
     scored: list[tuple[float, float, int, tuple[Any, ...]]] = []
     for row in rows:
-        counts = Counter(row[8])
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * counts.total() / average)
-        score = 0.0
-        for term in terms:
-            count = counts[term]
-            if count:
-                score -= weights[term] * count * (BM25_K1 + 1) / (count + norm)
+        score = ranking.score(Counter(row[8]))
         scored.append((score, -row[5], -row[7], row[:8]))
     scored.sort(key=lambda item: item[:3])
     chosen = scored if limit < 0 else scored[:limit]

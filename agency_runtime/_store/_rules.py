@@ -17,6 +17,7 @@ from .._types import RunRecord
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "Bm25",
     "Corpus",
     "claim_decision",
     "pick_claims",
@@ -58,6 +59,32 @@ BM25_K1, BM25_B = 1.2, 0.75
 """The constants of FTS5's ``bm25()``."""
 
 
+class Bm25:
+    """FTS5's ``bm25()`` for one OR query: the corpus's figures, then a score per document.
+
+    ``total`` documents of ``length`` words in all; ``holding[term]``: how many documents
+    hold the term. Lower is better, as in SQLite; a document with no term scores ``0.0``.
+    """
+
+    __slots__ = ("_average", "_weights")
+
+    def __init__(self, total: int, length: int, holding: dict[str, int]) -> None:
+        self._average = length / total or 1.0
+        self._weights = {
+            term: max(math.log((total - n + 0.5) / (n + 0.5)), 1e-6) for term, n in holding.items()
+        }
+
+    def score(self, counts: Counter[str]) -> float:
+        """The score of a document whose words are counted in ``counts``."""
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * counts.total() / self._average)
+        score = 0.0
+        for term, weight in self._weights.items():
+            count = counts[term]
+            if count:
+                score -= weight * count * (BM25_K1 + 1) / (count + norm)
+        return score
+
+
 class Corpus:
     """What FTS5's ``bm25()`` counts over a full-text index, kept up to date as items come and go.
 
@@ -97,23 +124,8 @@ class Corpus:
         total = len(self.documents)
         if not total or not terms:
             return [0.0 for _ in keys]
-        average = self.length / total or 1.0
-        weights = {
-            term: max(math.log((total - n + 0.5) / (n + 0.5)), 1e-6)
-            for term in terms
-            for n in (self.holding[term],)
-        }
-        scores: list[float] = []
-        for key in keys:
-            counts = self.documents[key]
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * counts.total() / average)
-            score = 0.0
-            for term in terms:
-                count = counts[term]
-                if count:
-                    score -= weights[term] * count * (BM25_K1 + 1) / (count + norm)
-            scores.append(score)
-        return scores
+        ranking = Bm25(total, self.length, {term: self.holding[term] for term in terms})
+        return [ranking.score(self.documents[key]) for key in keys]
 
     def matches(self, key: str, terms: Sequence[str]) -> bool:
         """Whether the document under ``key`` holds any of ``terms``."""
