@@ -62,6 +62,7 @@ from ._rows import (
     run_values,
     schedule_from,
     schedule_values,
+    waiting_from,
     waiting_json,
 )
 from ._rows import STEP_COLUMNS as _STEP_COLUMNS
@@ -936,9 +937,7 @@ class PostgresStore:
             status, waiting = str(row[0]), row[1]
             if status in ("completed", "cancelled"):
                 raise RunFinishedError(run_id, status, name)
-            params["wakes"] = (
-                status == "waiting" and waiting is not None and (name in _names(run_id, waiting))
-            )
+            params["wakes"] = status == "waiting" and name in waiting_from(run_id, waiting)
             # The event, the wake-up (at the event's own time) and the notification.
             sent = conn.execute(
                 f"WITH sent AS (INSERT INTO {t}.events (run_id, name, payload, sent_at) "
@@ -1290,17 +1289,6 @@ def _best(rows: list[tuple[Any, ...]], terms: list[str], limit: int) -> list[tup
     scored.sort(key=lambda item: item[:3])
     chosen = scored if limit < 0 else scored[:limit]
     return [item[3] for item in chosen]
-
-
-def _names(run_id: str, text: str) -> list[str]:
-    """The event names a waiting run's ``waiting_for`` holds; a damaged one is a StoreError."""
-    try:
-        names = from_json(text)
-    except ValueError as exc:
-        raise StoreError(f"the stored row of run {run_id!r} is damaged: {exc}") from exc
-    if not isinstance(names, list):
-        raise StoreError(f"the stored row of run {run_id!r} is damaged: waiting_for {text!r}")
-    return [str(name) for name in names]
 
 
 def _row(record: RunRecord) -> dict[str, Any]:

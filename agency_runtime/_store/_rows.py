@@ -34,6 +34,7 @@ __all__ = [
     "run_values",
     "schedule_from",
     "schedule_values",
+    "waiting_from",
     "waiting_json",
 ]
 
@@ -66,6 +67,16 @@ def interrupts_json(interrupts: list[Interrupt]) -> str | None:
 def waiting_json(names: list[str]) -> str | None:
     """The stored form of the events a waiting run waits for (``None`` for none)."""
     return _NAMES.dump_json(names).decode() if names else None
+
+
+def waiting_from(run_id: str, text: str | None) -> list[str]:
+    """The events a stored ``waiting_for`` names; a damaged one is a StoreError."""
+    if text is None:
+        return []
+    try:
+        return _NAMES.validate_json(text)
+    except ValueError as exc:
+        raise StoreError(f"the stored row of run {run_id!r} is damaged: {exc}") from exc
 
 
 def run_values(record: RunRecord) -> dict[str, Any]:
@@ -101,8 +112,7 @@ def record_from(values: Mapping[str, Any]) -> RunRecord:
         data["interrupts"] = (
             [] if data["interrupts"] is None else _INTERRUPTS.validate_json(data["interrupts"])
         )
-        waiting = data.get("waiting_for")
-        data["waiting_for"] = [] if waiting is None else _NAMES.validate_json(waiting)
+        data["waiting_for"] = waiting_from(str(data["run_id"]), data.get("waiting_for"))
         return RunRecord.model_validate(data)
     except ValueError as exc:
         raise StoreError(f"the stored row of run {data['run_id']!r} is damaged: {exc}") from exc
