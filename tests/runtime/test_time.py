@@ -105,7 +105,7 @@ async def test_a_two_hour_sleep_waits_on_the_runs_clock(clocked: tuple[FakeClock
         assert record is not None
         assert record.status == "running"  # a plain run waits in its process
         clock.advance(7199)
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()  # everything ran that could
         assert not results
         clock.advance(1)
     (result,) = results
@@ -122,7 +122,7 @@ async def test_a_resumed_sleep_waits_only_what_remains(clocked: tuple[FakeClock,
             group.start_soon(functools.partial(agency.run, napper, 3600, run_id="cut", store=store))
             await _sleepers(clock, 2)
             clock.advance(1000)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()
             group.cancel_scope.cancel()
     async with anyio.create_task_group() as group:
         results: list[Any] = []
@@ -133,7 +133,7 @@ async def test_a_resumed_sleep_waits_only_what_remains(clocked: tuple[FakeClock,
         group.start_soon(resume)
         await _sleepers(clock, 2)
         clock.advance(2599)
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()
         assert not results
         clock.advance(1)
     assert results[0].status == "completed"
@@ -185,7 +185,7 @@ async def test_a_waiting_run_gets_the_event_sent_meanwhile(
 
         group.start_soon(go)
         await wait_for_status(store, "live", "running")
-        await anyio.sleep(0.02)
+        await anyio.wait_all_tasks_blocked()  # the run waits for its event
         await agency.runs.send("live", "paid", [1, 2], store=store)
     assert results[0].value == [1, 2]
 
@@ -401,7 +401,7 @@ async def test_a_cancelled_parked_run_never_wakes(clocked: tuple[FakeClock, Stor
         await wait_for_status(store, "doomed", "waiting")
         await agency.runs.cancel("doomed", store=store)
         clock.advance(120)
-        await anyio.sleep(0.1)
+        await anyio.wait_all_tasks_blocked()  # the worker looked, and found nothing due
         assert (await agency.runs.get("doomed", store=store)).status == "cancelled"
     assert CALLS["after"] == 0
     with pytest.raises(RunFinishedError):

@@ -380,7 +380,7 @@ async def test_a_two_hour_reminder_parks_survives_a_restart_and_is_sent_once(
     # The bot restarts: a new worker on the same store picks the parked run up when due.
     clock.advance(3600)
     async with serving(Worker(store, park_after=60, poll=0.05)):
-        await anyio.sleep(0.05)  # a few polls: an hour early, nothing is due
+        await anyio.wait_all_tasks_blocked()  # the worker looked: an hour early, nothing is due
         assert REMINDERS == []
         assert (await agency.runs.get("remind-1", store=store)).status == "waiting"
         clock.advance(3600)
@@ -390,7 +390,7 @@ async def test_a_two_hour_reminder_parks_survives_a_restart_and_is_sent_once(
     assert await history(store) == ["Assistant: ⏰ call mom"]
     async with serving(Worker(store, park_after=60, poll=0.05)):  # yet another restart
         clock.advance(7200)
-        await anyio.sleep(0.05)  # a few polls: the completed reminder is not sent again
+        await anyio.wait_all_tasks_blocked()  # the worker looked: the reminder is done
     assert REMINDERS == ["⏰ call mom"]
     assert (await agency.runs.get("remind-1", store=store)).attempts == 2  # parked once
 

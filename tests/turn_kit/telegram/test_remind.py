@@ -87,12 +87,12 @@ async def test_a_reminder_survives_a_restart_and_arrives_once(
         assert texts(api) == [ack]
         fake_clock.advance(3600)  # the bot is down for an hour
         async with running(api, store):  # the restarted bot: a new poller and worker
-            await anyio.sleep(0.1)  # a few worker polls: an hour early, nothing is due
+            await anyio.wait_all_tasks_blocked()  # the worker looked: an hour early
             assert texts(api) == [ack]
             fake_clock.advance(3600)
             result = await agency.runs.wait(reminder, store=store, timeout=20)
             assert (result.status, result.value) == ("completed", "⏰ call mom")
-            await anyio.sleep(0.1)  # and nothing more comes
+            await anyio.wait_all_tasks_blocked()  # and nothing more comes
         [first, second] = api.sent
     assert texts(api) == [ack, "⏰ call mom"]
     assert second["reply_to_message_id"] is None  # proactive: not a reply to anything
