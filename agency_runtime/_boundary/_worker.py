@@ -191,7 +191,7 @@ class Worker:
         with anyio.CancelScope() as self._waiting:
             async with anyio.create_task_group() as race:
                 if self._due is not None and math.isfinite(self._due):
-                    left = max(0.0, self._due - clock.time())
+                    left = self._due - clock.time()  # past: the clock only yields
 
                     async def timer() -> None:
                         await clock.sleep(left)
