@@ -20,13 +20,22 @@ from ._cancel import AbortSignal
 from ._money import pico_to_usd, usd_to_pico
 
 if TYPE_CHECKING:
-    from .._llm._model import Model
     from .._store import Store
     from .._types import Interrupt
 
-__all__ = ["BranchState", "GuardLike", "RuntimeContext", "Slot"]
+__all__ = ["BranchState", "GuardLike", "NamedModel", "RuntimeContext", "Slot"]
 
 T = TypeVar("T")
+
+
+class NamedModel(Protocol):
+    """What the context needs of a run's model object (an ``agency.Model``): its name.
+
+    The LLM layer owns the model type; the context only carries it, so it names no layer
+    above it."""
+
+    @property
+    def name(self) -> str: ...
 
 
 class Slot(Generic[T]):
@@ -95,7 +104,7 @@ class RuntimeContext:
         self,
         run_id: str | None = None,
         *,
-        model: str | Model | None = None,
+        model: str | NamedModel | None = None,
         globals: dict[str, dict[str, Any]] | None = None,
         subprocess_depth: int = 0,
         cost: float = 0.0,
@@ -110,7 +119,7 @@ class RuntimeContext:
         if tokens < 0:
             raise InvalidArgumentError(f"tokens must be 0 or more, got {tokens}")
         self.run_id = run_id
-        self.model: str | Model | None = model
+        self.model: str | NamedModel | None = model
         """The default model of the run's ``agency.llm`` calls: an ``agency.Model`` (the one
         given, or registered under the run's stored model name), a model string, or
         ``None``; :attr:`model_name` is what the run records."""
