@@ -31,7 +31,7 @@ from pydantic_core import from_json, to_json
 
 from .._core import _observe
 from .._core._branches import close_base, open_base
-from .._core._changes import CHANGES, Recorder
+from .._core._changes import CHANGES, Change, Recorder
 from .._core._frame import _FRAME, Frame
 from .._errors import (
     EventTimeoutError,
@@ -163,7 +163,8 @@ async def perform(
 
     ``run_frame``, when given, is the frame ``fn`` runs in (a step's own frame).
     ``encode(result)`` gives the JSON text to journal and the value to return (it may
-    raise, e.g. ``StepResultError``: then nothing is committed). ``fields()`` adds columns
+    raise, e.g. ``StepResultError``: then nothing is committed); it runs while the unit's
+    recorder is :data:`CHANGES`, so it may look at what the unit changed. ``fields()`` adds columns
     of the entry (a scope step's locals and scope chain). An exception in ``failures`` is
     committed as the unit's outcome before it propagates. With an observer installed the
     unit (``fn`` and its commit) runs inside the observer's step, unless ``observed=False``
@@ -252,22 +253,38 @@ async def journaled(
     callsite: str = "",
     failures: tuple[type[Exception], ...] = (),
     observed: bool = True,
+    refer: Callable[[Any, list[Change]], Any] | None = None,
+    resolve: Callable[[Any, list[Change]], Any] | None = None,
 ) -> T:
     """Run ``operation`` once per run at ``path``: later executions replay its outcome.
 
     ``encode(result)`` is the JSON data journaled; ``decode(data)`` rebuilds the result on
     replay. ``failures``: exceptions journaled as the outcome (and raised again on replay).
     ``observed=False``: the caller reports the unit to the observer itself.
+
+    ``refer(data, changes)`` may replace parts of the data by references into the changes
+    the unit committed with it (an answer that is also a message it put on a thread), so a
+    text is stored once; ``resolve(data, changes)`` puts them back before ``decode``.
     """
     journal = journal_of(frame.ctx)
     entry = recorded(journal, path, name, callsite)
     if entry is not None:
-        return replay(
-            frame, journal, entry, lambda text: decode(from_json(text)), observed=observed
-        )
+
+        def decoded(text: str) -> T:
+            data = from_json(text)
+            if resolve is not None:
+                data = resolve(data, from_json(entry.deltas) if entry.deltas else [])
+            return decode(data)
+
+        return replay(frame, journal, entry, decoded, observed=observed)
 
     def encoded(result: T) -> tuple[str, T]:
-        return to_json(encode(result)).decode(), result
+        data = encode(result)
+        if refer is not None:  # perform encodes while the unit's recorder is current
+            recorder = CHANGES.get()
+            if recorder is not None and recorder.changes:
+                data = refer(data, recorder.changes)
+        return to_json(data).decode(), result
 
     return await perform(
         frame, journal, path, name, callsite, operation,

@@ -58,8 +58,21 @@ from ._wakeups import Wakeups
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
-WAL_TRIM_BYTES = 64 * 1024 * 1024
+WAL_LIMIT_BYTES = 1024 * 1024
+"""The WAL's cap while runs write: SQLite checkpoints it once it holds this much
+(``wal_autocheckpoint``) and truncates it back to this size (``journal_size_limit``). It can
+grow past the cap only while another connection's read keeps a checkpoint from finishing."""
+
+WAL_TRIM_BYTES = 256 * 1024
 """When a run ends and the WAL file is larger than this, it is checkpointed and truncated."""
+
+PAGE_SIZE = 1024
+"""The page size of a new database file, in bytes.
+
+Smaller than SQLite's 4 KiB default: a journal row of a few kilobytes (an LLM call's prompt
+and answer) then wastes at most a small page on its overflow chain instead of most of a 4 KiB
+one, and each of the ~40 tables and indexes of an empty store starts with one small page.
+"""
 
 FILE_CHECK_SECONDS = 0.05
 """How often (at most) a step commit checks that the database file is still the one opened."""
@@ -187,6 +200,8 @@ class SqliteStore:
     def _configure(self, conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> None:
         where = self._path
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        # A new file only (an existing one keeps its page size): must precede the switch to WAL.
+        conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
         if where != ":memory:":
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -195,6 +210,9 @@ class SqliteStore:
                     "it may be on a file system without shared-memory support"
                 )
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        conn.execute(f"PRAGMA wal_autocheckpoint = {max(1, WAL_LIMIT_BYTES // page_size)}")
         migrate(conn, self._path)
 
     # -- plumbing --------------------------------------------------------------------------

@@ -620,6 +620,40 @@ async def test_a_completed_call_is_not_repeated_on_replay(store: Store) -> None:
     assert [e.name for e in entries] == ["agency.llm", "agency.llm"]
 
 
+async def test_a_long_answer_is_journaled_once_and_replayed_whole(store: Store) -> None:
+    reply = "a long answer " * 40  # over the length at which a reference pays off
+    with FakeModel("once", replies=[reply, "short"]) as fake:
+
+        async def entry() -> list[Any]:
+            long = await agency.llm("tell me at length", model=fake.model)
+            short = await agency.llm("and briefly", model=fake.model)
+            await agency.interrupt("confirm")
+            return [long, short, [m.content for m in agency.thread.current().get_messages()]]
+
+        paused = await agency.run(entry, run_id="once", store=store)
+        entries = await agency.runs.journal("once", store=store)
+        done = await agency.respond_to_interrupts(paused, [approve()], store=store)
+    assert done.status == "completed", done.error
+    assert len(fake.calls) == 2  # replayed, not asked again
+    assert done.value == [reply, "short", ["tell me at length", reply, "and briefly", "short"]]
+    long_entry, short_entry = entries
+    # The long answer is stored once, in the assistant message the call journaled...
+    assert reply not in long_entry.result
+    assert long_entry.deltas is not None
+    assert long_entry.deltas.count("a long answer") == 40
+    # ...while a short one is kept as it is (a reference would save nothing).
+    assert short_entry.result == '{"text":"short"}'
+
+
+def test_a_reference_that_holds_no_answer_is_refused() -> None:
+    push_user = ["push", "0", {"role": "user", "content": "hi"}]
+    with pytest.raises(ValueError, match="not a reply"):
+        llm_module._resolve_reply({"text_at": 0}, [push_user])
+    with pytest.raises(IndexError):
+        llm_module._resolve_reply({"text_at": 3}, [push_user])
+    assert llm_module._resolve_reply({"text": "kept"}, []) == {"text": "kept"}
+
+
 async def test_a_replayed_structured_call_returns_the_model_type(store: Store) -> None:
     with FakeModel("typed", replies=[ADA]) as fake:
 

@@ -22,6 +22,7 @@ from agency_runtime import (
     open_store,
 )
 from agency_runtime._store import SCHEMA_VERSION, resolve_store
+from agency_runtime._types import JournalEntry
 
 pytestmark = pytest.mark.anyio
 
@@ -307,6 +308,56 @@ async def test_a_large_wal_is_truncated_when_a_run_finishes(
         assert wal.stat().st_size > 1024
         await store.finish_run(claim.record.model_copy(update={"status": "completed"}), owner="o")
         assert wal.stat().st_size == 0
+    finally:
+        store.close()
+
+
+async def test_a_new_file_has_small_pages_and_a_capped_wal(tmp_path: Path) -> None:
+    from agency_runtime._store import _sqlite
+
+    store = SqliteStore(tmp_path / "new.db")
+    try:
+        conn = store._conn
+        assert conn is not None
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == _sqlite.PAGE_SIZE == 1024
+        limit = _sqlite.WAL_LIMIT_BYTES
+        assert conn.execute("PRAGMA journal_size_limit").fetchone()[0] == limit
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == limit // 1024
+        # 3 MiB of writes in one run: the WAL is checkpointed and cut back as it goes
+        claim = await store.claim_run(record("big"), owner="o", lease_seconds=30)
+        wal = tmp_path / "new.db-wal"
+        largest = 0
+        for i in range(300):
+            entry = JournalEntry(
+                run_id="big",
+                seq=i,
+                path=f"s/{i}",
+                name="n",
+                callsite="",
+                result='"' + "y" * 10_000 + '"',
+                created_at=0.0,
+            )
+            assert await store.commit_step(entry, owner="o")
+            largest = max(largest, wal.stat().st_size)
+        assert largest < limit + 64 * 1024  # the cap and one commit's pages
+        await store.finish_run(claim.record.model_copy(update={"status": "completed"}), owner="o")
+    finally:
+        store.close()
+
+
+def test_an_existing_file_keeps_its_page_size(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA page_size = 4096")
+    conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store._conn is not None
+        assert store._conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 256
     finally:
         store.close()
 
