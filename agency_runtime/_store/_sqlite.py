@@ -136,6 +136,7 @@ class SqliteStore:
         self._url = url or f"sqlite:///{self._path}"
         self._lock = threading.Lock()
         self._wakeups = Wakeups()
+        self._busy_ms = int(busy_timeout * 1000)
         self._conn = self._open(synchronous, busy_timeout)
         self._identity = self._file_identity()
         self._checked_at = time.monotonic()
@@ -423,7 +424,14 @@ class SqliteStore:
             return
         if size > WAL_TRIM_BYTES:
             with self._db("checkpoint the WAL") as conn:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                # Without waiting: while another process reads or writes the file the
+                # checkpoint gives up at once (the next run's end tries again) instead of
+                # holding this run's end for up to busy_timeout.
+                conn.execute("PRAGMA busy_timeout = 0")
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         with self._db(f"read run {run_id!r}") as conn:
