@@ -19,6 +19,7 @@ by the branch's causal position (``outer/0.1:inner``, ``order/0.0:3``; see
 from __future__ import annotations
 
 import dis
+import functools
 import sys
 from collections.abc import Awaitable, Callable
 from types import CodeType, FrameType
@@ -52,6 +53,9 @@ __all__ = ["ResumableScope", "ResumableScopeOpts", "step_name", "with_resumable_
 T = TypeVar("T")
 
 DEFAULT_MODULE_ID = "<py-helper>"
+
+_SAME_AFTER_JSON = frozenset({str, int, bool, type(None)})
+"""Result types a JSON round trip gives back unchanged (a step returns them as they are)."""
 
 
 def _fields(exc: ValidationError) -> str:
@@ -89,6 +93,15 @@ _TRANSPARENT = frozenset({"CACHE", "EXTENDED_ARG", "NOP", "RESUME", "COPY_FREE_V
 _MAX_LAMBDA_NAMES = 4
 
 
+@functools.lru_cache(maxsize=1024)
+def _instructions(code: CodeType) -> tuple[tuple[str, Any], ...]:
+    """``code``'s instructions that matter to :func:`_code_names` (disassembled once: a
+    lambda step is named on every call)."""
+    return tuple(
+        (i.opname, i.argval) for i in dis.get_instructions(code) if i.opname not in _TRANSPARENT
+    )
+
+
 def _code_names(code: CodeType, closure: dict[str, Any], found: dict[str, None]) -> None:
     """Add to ``found`` the names ``code`` calls or reads: globals and their attributes,
     attributes of its variables, and variables holding callables (see :func:`step_name`)."""
@@ -98,19 +111,15 @@ def _code_names(code: CodeType, closure: dict[str, Any], found: dict[str, None])
         if chain:
             found.setdefault(".".join(chain), None)
 
-    for instruction in dis.get_instructions(code):
-        op = instruction.opname
-        if op in _TRANSPARENT:
-            continue
+    for op, argval in _instructions(code):
         if op in _LOADS:
             flush()
-            chain = [str(instruction.argval)]
-        elif op in _VARIABLES and isinstance(instruction.argval, str):
+            chain = [str(argval)]
+        elif op in _VARIABLES and isinstance(argval, str):
             flush()
-            variable = instruction.argval
-            chain = [variable] if callable(closure.get(variable)) else []
+            chain = [argval] if callable(closure.get(argval)) else []
         elif op in _ATTRIBUTES and chain is not None:
-            chain.append(str(instruction.argval))
+            chain.append(str(argval))
         else:
             flush()
             chain = None
@@ -157,6 +166,7 @@ class ResumableScope:
     """The handle a scope body gets: ``step``, ``get_local``, ``set_local``, ``halt``."""
 
     __slots__ = (
+        "_chain_json",
         "_halt_value",
         "_halted",
         "_journal",
@@ -184,6 +194,7 @@ class ResumableScope:
         self._next_id = 0
         self._halted = False
         self._halt_value: Any = None
+        self._chain_json: tuple[object, str] = ((), "")  # the chain and its JSON, built once
         recorded_locals = journal.scope_locals.get(address)
         if recorded_locals is not None:
             try:
@@ -232,15 +243,17 @@ class ResumableScope:
             )
         path = f"{self.address}/{index}"
         called = name if name is not None else step_name(fn)
-        callsite = _where(sys._getframe(1))
         entry = journal.entries.get(path)
         if entry is not None:
-            recorded(journal, path, called, callsite)  # the determinism check
+            if entry.name == called:  # the determinism check, its common case inline
+                journal.claimed.add(path)
+            else:
+                recorded(journal, path, called, _where(sys._getframe(1)))
             adapter = return_adapter(fn, returns)
             decode = from_json if adapter is None else adapter.validate_json
             frame = current_frame("ResumableScope.step()")
             return _ready(replay(frame, journal, entry, decode))
-        return self._execute(index, path, fn, called, callsite, returns)
+        return self._execute(index, path, fn, called, _where(sys._getframe(1)), returns)
 
     async def _execute(
         self,
@@ -274,6 +287,8 @@ class ResumableScope:
                     f"{what()}, which cannot be journaled as JSON ({exc}); return JSON data or "
                     "a pydantic model"
                 ) from exc
+            if adapter is None and type(result) in _SAME_AFTER_JSON:
+                return text, result  # a str, int, bool or None comes back as it went
             try:
                 value = from_json(text) if adapter is None else adapter.validate_json(text)
             except ValidationError as exc:
@@ -283,9 +298,12 @@ class ResumableScope:
             return text, value
 
         def fields() -> dict[str, Any]:
+            state = self.state
+            if self._chain_json[0] is not state.chain:
+                self._chain_json = (state.chain, to_json(state.chain).decode())
             return {
-                "locals": to_json(locals_).decode() if (locals_ := self.state.locals) else None,
-                "scopes": to_json(self.state.chain).decode(),
+                "locals": to_json(locals_).decode() if (locals_ := state.locals) else None,
+                "scopes": self._chain_json[1],
             }
 
         return await perform(

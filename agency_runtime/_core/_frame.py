@@ -89,9 +89,15 @@ class Frame:
 
     def evolve(self, **changes: Any) -> Frame:
         """A copy of this frame with ``changes`` applied."""
-        fields = {name: getattr(self, name) for name in Frame.__slots__}
-        fields.update(changes)
-        return Frame(**fields)
+        frame = Frame.__new__(Frame)  # a copy field by field: it is made for every step
+        set_ = object.__setattr__
+        for name in Frame.__slots__:
+            set_(frame, name, getattr(self, name))
+        for name, value in changes.items():
+            if name not in Frame.__slots__:
+                raise TypeError(f"Frame has no field {name!r}")
+            set_(frame, name, value)
+        return frame
 
     def callsite_location(self) -> CallsiteLocation | None:
         """The callsite as a :class:`CallsiteLocation`, or ``None``."""

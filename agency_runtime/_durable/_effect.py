@@ -50,6 +50,9 @@ __all__ = ["journaled", "perform", "recorded", "replay", "replay_changes", "same
 T = TypeVar("T")
 V = TypeVar("V")
 
+_PLAIN = frozenset({str, int, float, bool, type(None), dict, list, tuple})
+"""Result types that are never awaitable (no ``inspect.isawaitable`` for them)."""
+
 RECORDED_FAILURES: tuple[type[Exception], ...] = (StructuredOutputError, LLMCallError)
 """The failures an LLM call journals like an answer."""
 
@@ -185,7 +188,7 @@ async def perform(
         installed = None if run_frame is None else _FRAME.set(run_frame)
         try:
             result = fn()
-            if inspect.isawaitable(result):
+            if type(result) not in _PLAIN and inspect.isawaitable(result):
                 result = await result
         finally:
             if installed is not None:

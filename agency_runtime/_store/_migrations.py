@@ -17,7 +17,7 @@ from .._errors import StoreSchemaError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
 
 _SCHEMA_1 = """
@@ -182,11 +182,41 @@ CREATE TABLE IF NOT EXISTS schedules (
 CREATE INDEX IF NOT EXISTS schedules_due ON schedules (queue, next_at);
 """
 
+# Version 5: steps are stored in their primary key's order (WITHOUT ROWID), so a step's
+# commit writes one B-tree instead of the table and its key's index (~1.4x a plain insert
+# before, ~1.0x after), and loading a run's journal reads its rows side by side.
+_STEP_COLUMNS_5 = (
+    "run_id, path, seq, name, callsite, result, locals, scopes, deltas, error, cost_pico, "
+    "tokens, created_at"
+)
+_SCHEMA_5 = f"""
+CREATE TABLE steps_5 (
+    run_id     TEXT NOT NULL,
+    path       TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    name       TEXT NOT NULL,
+    callsite   TEXT NOT NULL,
+    result     TEXT NOT NULL,
+    locals     TEXT,
+    scopes     TEXT,
+    deltas     TEXT,
+    error      TEXT,
+    cost_pico  INTEGER NOT NULL,
+    tokens     INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (run_id, path)
+) STRICT, WITHOUT ROWID;
+INSERT INTO steps_5 ({_STEP_COLUMNS_5}) SELECT {_STEP_COLUMNS_5} FROM steps;
+DROP TABLE steps;
+ALTER TABLE steps_5 RENAME TO steps
+"""
+
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _SCHEMA_1),
     (2, _SCHEMA_2),
     (3, _SCHEMA_3),
     (4, _SCHEMA_4),
+    (5, _SCHEMA_5),
 )
 """Numbered migrations: a file at ``user_version`` N runs every script numbered above N."""
 

@@ -282,18 +282,22 @@ class SqliteStore:
                     conn.execute("COMMIT")
                 else:
                     yield conn
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite store {self._path!r} failed to {what}: {exc}") from exc
-            except UnicodeEncodeError as exc:
-                bad = exc.object[exc.start : exc.end]
-                raise InvalidArgumentError(
-                    f"cannot {what}: a text holds a lone surrogate ({bad!r} at position "
-                    f"{exc.start}), which is not valid UTF-8"
-                ) from exc
-            except OverflowError as exc:
-                raise InvalidArgumentError(
-                    f"cannot {what}: a number is too large for the store ({exc})"
-                ) from exc
+            except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
+                raise self._mapped(what, exc) from exc
+
+    def _mapped(self, what: str, exc: Exception) -> Exception:
+        """Our error for ``exc``, raised by SQLite while trying to ``what``."""
+        if isinstance(exc, UnicodeEncodeError):
+            bad = exc.object[exc.start : exc.end]
+            return InvalidArgumentError(
+                f"cannot {what}: a text holds a lone surrogate ({bad!r} at position "
+                f"{exc.start}), which is not valid UTF-8"
+            )
+        if isinstance(exc, OverflowError):
+            return InvalidArgumentError(
+                f"cannot {what}: a number is too large for the store ({exc})"
+            )
+        return StoreError(f"SQLite store {self._path!r} failed to {what}: {exc}")
 
     def _fetch(self, conn: sqlite3.Connection, run_id: str) -> RunRecord | None:
         row = conn.execute(f"{_SELECT} WHERE run_id = ?", (run_id,)).fetchone()
@@ -486,9 +490,16 @@ class SqliteStore:
             entry.run_id,
             owner,
         )
-        what = f"commit step {entry.path!r} of run {entry.run_id!r}"
-        with self._db(what, check="throttled") as conn:
-            return conn.execute(_INSERT_STEP, values).rowcount == 1
+        with self._lock:  # what _db does, inline: this runs once per step
+            conn = self._conn
+            if conn is None:
+                raise StoreError(f"the SQLite store {self._path!r} is closed")
+            self._check_file(throttled=True)
+            try:
+                return conn.execute(_INSERT_STEP, values).rowcount == 1
+            except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
+                what = f"commit step {entry.path!r} of run {entry.run_id!r}"
+                raise self._mapped(what, exc) from exc
 
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
         if not answers:

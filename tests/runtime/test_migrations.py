@@ -62,6 +62,10 @@ async def test_a_version_1_file_migrates_to_steps_own_spend(tmp_path: Path) -> N
     assert conn.execute(
         "SELECT name FROM sqlite_master WHERE name = 'runs_by_status'"
     ).fetchone() == ("runs_by_status",)
+    # Version 5 rebuilt the steps in their key's order, keeping every row (read above).
+    (steps_sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'steps'").fetchone()
+    assert "WITHOUT ROWID" in steps_sql
+    assert "steps_5" not in steps_sql
     conn.close()
 
 
