@@ -189,13 +189,16 @@ class JournalEntry(BaseModel):
         """
         entry = cls.__new__(cls)
         object.__setattr__(entry, "__dict__", values)
-        object.__setattr__(entry, "__pydantic_fields_set__", set(_ENTRY_FIELDS))
+        # One set for every entry: all fields are set, so pydantic's only change to it (the
+        # name of an assigned field) leaves it as it is; copies of an entry copy it.
+        object.__setattr__(entry, "__pydantic_fields_set__", _ALL_SET)
         object.__setattr__(entry, "__pydantic_extra__", None)
         object.__setattr__(entry, "__pydantic_private__", None)
         return entry
 
 
 _ENTRY_FIELDS: frozenset[str] = frozenset(JournalEntry.model_fields)
+_ALL_SET: set[str] = set(_ENTRY_FIELDS)
 
 
 class InterruptAnswer(BaseModel):
