@@ -188,10 +188,18 @@ def _empty_schema(dsn: str, schema: str) -> None:
 
     if not _admin:
         _admin.append(psycopg.connect(dsn, autocommit=True, connect_timeout=10))
-    tables = ", ".join(f'"{schema}".{table}' for table in _TABLES)
-    with _admin[0].transaction():
-        _admin[0].execute(f"TRUNCATE {tables} RESTART IDENTITY")
-        _admin[0].execute(f'UPDATE "{schema}".memory_corpus SET documents = 0, length = 0')
+    # DELETE, not TRUNCATE: a test leaves a few rows, and TRUNCATE makes new files for every
+    # table and index (~25 ms a test here, against ~3 ms).
+    conn = _admin[0]
+    with conn.transaction():
+        for table in _TABLES:
+            conn.execute(f'DELETE FROM "{schema}".{table}')
+        for (sequence,) in conn.execute(
+            "SELECT sequence_name FROM information_schema.sequences WHERE sequence_schema = %s",
+            (schema,),
+        ).fetchall():
+            conn.execute(f'ALTER SEQUENCE "{schema}"."{sequence}" RESTART')
+        conn.execute(f'UPDATE "{schema}".memory_corpus SET documents = 0, length = 0')
 
 
 def _reusable(store: Store) -> None:
