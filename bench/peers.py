@@ -755,6 +755,7 @@ def ms(seconds: float) -> str:
 
 
 def table(fig: Figures, systems: Sequence[str], repeat: int, best_of: int) -> list[str]:
+    """The markdown table, then its footnotes, numbered in reading order."""
     med = statistics.median
     raw = med(fig.raw)
     notes: list[str] = []
@@ -764,117 +765,112 @@ def table(fig: Figures, systems: Sequence[str], repeat: int, best_of: int) -> li
             notes.append(text)
         return f"[{notes.index(text) + 1}]"
 
-    n_a_here = note(
-        "DBOS: n/a. A DBOS workflow waiting in `DBOS.recv` is a live call blocked in its "
-        "process, so answering it there is a wake-up, not a resume; its resume is the "
-        "fresh-process row (recovery)."
-    )
-    fresh_note = ""
-    if "dbos" in systems and fig.dbos_replay:
-        fresh_note = note(
-            "DBOS: the process that ran the steps was killed while the workflow waited in "
-            "`recv`; the fresh process's `DBOS.launch()` re-enqueues the pending workflow on "
-            "DBOS's internal queue, a queue poller starts it, its 1,000 steps return their "
-            "recorded outputs, then `DBOS.send` and `get_result`. Of the time shown, "
-            f"{ms(med(fig.dbos_until_entered))} pass before the recovered workflow starts "
-            f"(queue polling), replaying the 1,000 steps takes {ms(med(fig.dbos_replay))} and "
-            f"the rest, {ms(med(fig.dbos_rest))}, is mostly `recv` noticing the answer (SQLite "
-            "has no LISTEN/NOTIFY: DBOS polls for it, by default every second; `get_result` "
-            "is told to poll every 10 ms). The queue and notification intervals are DBOS's "
-            "defaults."
+    def step_label() -> str:
+        return f"1. durable step, {STEPS:,} steps of {RESULT_BYTES} B (x raw commit) " + note(
+            "Each system runs with its own default SQLite settings: agency_runtime WAL with "
+            "synchronous=NORMAL (as the raw commit); LangGraph's SqliteSaver WAL with the "
+            "sqlite3 default synchronous=FULL (an fsync per commit); DBOS a rollback journal "
+            "with synchronous=FULL. Raw commits in this run: WAL/NORMAL "
+            f"{us(raw)}, WAL/FULL {us(med(fig.raw_full))}, rollback journal/FULL "
+            f"{us(med(fig.raw_rollback))}."
         )
-    lg_note = (
-        note(
-            "LangGraph restores the latest checkpoint and re-runs only the node that called "
-            "`interrupt()`; nothing of the 1,000 steps is replayed (agency_runtime and DBOS replay "
-            "their journal)."
-        )
-        if "langgraph" in systems
-        else ""
-    )
-    head = ["workload", "raw SQLite commit", *(LABELS[s] for s in systems)]
-    rows: list[list[str]] = []
-    rows.append(
-        [
-            f"1. durable step, {STEPS:,} steps of {RESULT_BYTES} B (x raw commit)",
-            f"1x ({us(raw)})",
-            *(f"{med(fig.step[s]) / raw:.1f}x ({us(med(fig.step[s]))})" for s in systems),
-        ]
-    )
 
-    def resume_cell(s: str) -> str:
-        cell = f"{med(fig.fresh_ratio[s]):.1%} ({ms(med(fig.fresh[s]))})"
-        if s == "dbos":
-            cell += f" {fresh_note}"
+    def step_cell(s: str) -> str:
+        cell = f"{med(fig.step[s]) / raw:.1f}x ({us(med(fig.step[s]))})"
         if s == "langgraph":
-            cell += f" {lg_note}"
+            cell += " " + note(
+                "LangGraph: a step is a super-step of a one-node loop run with "
+                '`durability="sync"` (its default, "async", writes the checkpoint while the '
+                "next step runs); each writes the node's writes and a checkpoint, two commits."
+            )
+        return cell
+
+    def fresh_cell(s: str) -> str:
+        cell = f"{med(fig.fresh_ratio[s]):.1%} ({ms(med(fig.fresh[s]))})"
+        if s == "langgraph":
+            cell += " " + note(
+                "LangGraph restores the latest checkpoint and re-runs only the node that "
+                "called `interrupt()`: none of the 1,000 steps is replayed (agency_runtime "
+                "and DBOS replay their journal, returning recorded results)."
+            )
+        if s == "dbos" and fig.dbos_replay:
+            cell += " " + note(
+                "DBOS: the process that ran the steps was killed while the workflow waited "
+                "in `recv`; the fresh process's `DBOS.launch()` re-enqueues the pending "
+                "workflow on DBOS's internal queue, a queue poller starts it, its 1,000 steps "
+                "return their recorded outputs, then `DBOS.send` and `get_result`. Of the "
+                f"time shown, {ms(med(fig.dbos_until_entered))} pass before the recovered "
+                "workflow starts (queue polling), replaying the 1,000 steps takes "
+                f"{ms(med(fig.dbos_replay))} and the rest, {ms(med(fig.dbos_rest))}, is "
+                "mostly `recv` noticing the answer (SQLite has no LISTEN/NOTIFY: DBOS polls "
+                "for it, by default every second; `get_result` is told to poll every 10 ms). "
+                "The queue and notification intervals are DBOS's defaults."
+            )
         return cell
 
     def here_cell(s: str) -> str:
         if s not in fig.here:
-            return f"n/a {n_a_here}"
+            return "n/a " + note(
+                "DBOS: n/a. A DBOS workflow waiting in `DBOS.recv` is a live call blocked in "
+                "its process, so answering it there is a wake-up, not a resume; its resume "
+                "is the fresh-process row (recovery)."
+            )
         return f"{med(fig.here_ratio[s]):.1%} ({ms(med(fig.here[s]))})"
 
-    rows.append(
+    def storage_label() -> str:
+        return f"3. storage, {TURNS} turns x (1 KB prompt + 1 KB reply) (x text) " + note(
+            "Storage: agency_runtime keeps the messages on the run's thread (step deltas), "
+            "LangGraph as plain dicts in a `messages` channel (`operator.add`; its "
+            "SqliteSaver writes a full snapshot of the channel at every super-step, hence "
+            "the quadratic growth), DBOS as each step's pickled result. The files once the "
+            "store or process closed: SQLite folds the WAL back into the database when the "
+            "last connection closes; DBOS's rollback journal leaves none."
+        )
+
+    def import_label() -> str:
+        return f"4. import over a bare interpreter (best of {best_of}) " + note(
+            "Import: `import agency_runtime`; `import langgraph.graph, "
+            "langgraph.checkpoint.sqlite` (`import langgraph` alone is an empty namespace "
+            "package); `import dbos`. Wall time of `python -c` minus that of `python -c pass`."
+        )
+
+    text = text_bytes()
+    head = ["workload", "raw SQLite commit", *(LABELS[s] for s in systems)]
+    rows = [
+        [step_label(), f"1x ({us(raw)})", *(step_cell(s) for s in systems)],
         [
             f"2. resume after {PAUSE_AFTER:,} steps, fresh process (% of T, ms)",
             "—",
-            *(resume_cell(s) for s in systems),
-        ]
-    )
-    rows.append(
+            *(fresh_cell(s) for s in systems),
+        ],
+        ["   … in the same process (% of T, ms)", "—", *(here_cell(s) for s in systems)],
         [
-            "   … the same process",
-            "—",
-            *(here_cell(s) for s in systems),
-        ]
-    )
-    rows.append(
-        [
-            f"   T: the {PAUSE_AFTER:,} steps up to the wait",
+            f"   T: the run of {PAUSE_AFTER:,} steps up to the wait",
             "—",
             *(ms(med(fig.paused[s])) for s in systems),
-        ]
-    )
-    text = text_bytes()
-    rows.append(
+        ],
         [
-            f"3. storage, {TURNS} turns x (1 KB prompt + 1 KB reply) (x text)",
+            storage_label(),
             f"1x ({text / 1024:.0f} KiB)",
             *(f"{fig.storage[s] / text:.1f}x ({fig.storage[s] / 2**20:.2f} MiB)" for s in systems),
-        ]
-    )
-    rows.append(
+        ],
         [
-            f"4. import over a bare interpreter (best of {best_of})",
+            import_label(),
             f"bare: {ms(fig.imports['bare'])}",
             *(ms(fig.imports[s]) for s in systems),
-        ]
+        ],
+    ]
+    note(
+        f"Medians of {repeat} round(s) (T: of 2 runs per round for agency_runtime and "
+        "LangGraph, 1 for DBOS); in each round the systems take turns in a rotating order, "
+        "each workload in a fresh interpreter after a warm-up run of "
+        f"{WARM_UP_STEPS} steps there. Storage is measured once, in round 1."
     )
-    defaults = note(
-        "Each system runs with its own default SQLite settings: agency_runtime WAL with "
-        "synchronous=NORMAL (as the raw commit); LangGraph's SqliteSaver WAL with the "
-        "sqlite3 default synchronous=FULL; DBOS a rollback journal with synchronous=FULL. "
-        f"Raw commits in this run: WAL/NORMAL {us(raw)}, WAL/FULL {us(med(fig.raw_full))}, "
-        f"rollback journal/FULL {us(med(fig.raw_rollback))}."
-    )
-    rows[0][0] += f" {defaults}"
     lines = [
         "| " + " | ".join(head) + " |",
         "|" + "|".join("---" for _ in head) + "|",
         *("| " + " | ".join(r) + " |" for r in rows),
     ]
-    notes.append(
-        f"Medians of {repeat} round(s); in each round the systems run in turn (rotating "
-        "order), each workload in a fresh interpreter, after a warm-up run of "
-        f"{WARM_UP_STEPS} steps in that interpreter. Storage is measured once (round 1)."
-    )
-    notes.append(
-        "Storage: agency_runtime keeps the messages on the run's thread (step deltas), "
-        "LangGraph as plain dicts in a `messages` channel (a full snapshot per super-step, "
-        "hence the growth), DBOS as each step's pickled result; the files after the store "
-        "or process closed."
-    )
     return [*lines, "", *(f"[{i}] {n}" for i, n in enumerate(notes, 1))]
 
 
