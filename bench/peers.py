@@ -18,7 +18,9 @@ alike. The floor, a raw ``sqlite3`` INSERT + COMMIT of a ~100 B row in WAL mode 
    node sends itself back until 2,000 super-steps are done), with ``durability="sync"`` so
    each super-step's checkpoint is written before the next starts, as the other two do;
    so a "step" is one super-step: a node run, its writes and a checkpoint.
-   DBOS: one ``@DBOS.workflow()`` calling a ``@DBOS.step()`` 2,000 times.
+   DBOS: one ``@DBOS.workflow()`` calling a ``@DBOS.step()`` 2,000 times. A second row
+   runs the peers again with their connections set to WAL and ``synchronous=NORMAL``, the
+   raw commit's and agency_runtime's settings: a diagnostic of what their own defaults cost.
 2. resume after 1,000 steps: a run does 1,000 such steps, then waits for a human answer
    (``agency.interrupt``; LangGraph ``interrupt()`` in a node after the loop; DBOS
    ``DBOS.recv`` in the workflow). T is the time until it waits. Then, in a fresh process
@@ -331,10 +333,13 @@ class ChatState(TypedDict):
     messages: Annotated[list[dict[str, str]], operator.add]
 
 
-def langgraph_saver(db: Path) -> Any:
+def langgraph_saver(db: Path, synchronous: str | None = None) -> Any:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    return SqliteSaver(sqlite3.connect(db, check_same_thread=False))
+    conn = sqlite3.connect(db, check_same_thread=False)
+    if synchronous is not None:  # SqliteSaver switches the file to WAL on first use
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+    return SqliteSaver(conn)
 
 
 def langgraph_loop(saver: Any, *, then_ask: bool) -> Any:
@@ -371,8 +376,8 @@ def langgraph_start(n: int) -> dict[str, Any]:
     return {"i": 0, "n": n, "result": "", "answer": False}
 
 
-def langgraph_steps(tmp: Path) -> dict[str, Any]:
-    saver = langgraph_saver(tmp / "langgraph-steps.db")
+def langgraph_steps(tmp: Path, synchronous: str | None = None) -> dict[str, Any]:
+    saver = langgraph_saver(tmp / f"langgraph-steps-{synchronous}.db", synchronous)
     try:
         graph = langgraph_loop(saver, then_ask=False)
         graph.invoke(
@@ -519,24 +524,35 @@ def dbos_flows() -> dict[str, Any]:
     }
 
 
-def dbos_open(db: Path) -> Any:
+class WalNormalConnection(sqlite3.Connection):
+    """A sqlite3 connection in WAL mode with synchronous=NORMAL, agency_runtime's settings."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.execute("PRAGMA journal_mode = WAL")
+        self.execute("PRAGMA synchronous = NORMAL")
+
+
+def dbos_open(db: Path, wal_normal: bool = False) -> Any:
     from dbos import DBOS
 
-    return DBOS(
-        config={
-            "name": "peers-bench",
-            "system_database_url": f"sqlite:///{db}",
-            "log_level": "WARNING",
-            "enable_otlp": False,
-        }
-    )
+    config: dict[str, Any] = {
+        "name": "peers-bench",
+        "system_database_url": f"sqlite:///{db}",
+        "log_level": "WARNING",
+        "enable_otlp": False,
+    }
+    if wal_normal:  # the engine's sqlite3.connect makes its connections with this class
+        config["db_engine_kwargs"] = {"connect_args": {"factory": WalNormalConnection}}
+    return DBOS(config=config)
 
 
-def dbos_steps(tmp: Path) -> dict[str, Any]:
+def dbos_steps(tmp: Path, wal_normal: bool = False) -> dict[str, Any]:
     from dbos import DBOS, SetWorkflowID
 
     flows = dbos_flows()
-    dbos_open(tmp / "dbos-steps.sqlite")
+    db = tmp / f"dbos-steps-{'wal' if wal_normal else 'default'}.sqlite"
+    dbos_open(db, wal_normal)
     DBOS.launch()
     try:
         with SetWorkflowID("w"):
@@ -548,6 +564,11 @@ def dbos_steps(tmp: Path) -> dict[str, Any]:
         expect(done == STEPS, done)
     finally:
         DBOS.destroy()
+    if wal_normal:
+        conn = sqlite3.connect(db)
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        conn.close()
+        expect(mode == "wal", mode)
     return {"step_s": elapsed / STEPS}
 
 
@@ -619,12 +640,14 @@ WORKERS: dict[str, dict[str, Callable[..., dict[str, Any]]]] = {
     },
     "langgraph": {
         "steps": langgraph_steps,
+        "steps-wal-normal": lambda tmp: langgraph_steps(tmp, "NORMAL"),
         "storage": langgraph_storage,
         "pause": langgraph_pause,
         "answer": langgraph_answer,
     },
     "dbos": {
         "steps": dbos_steps,
+        "steps-wal-normal": lambda tmp: dbos_steps(tmp, wal_normal=True),
         "storage": dbos_storage,
         "pause": dbos_pause,
         "answer": dbos_answer,
@@ -677,6 +700,7 @@ class Figures:
     raw_full: list[float] = field(default_factory=list)
     raw_rollback: list[float] = field(default_factory=list)
     step: dict[str, list[float]] = field(default_factory=dict)
+    step_wal_normal: dict[str, list[float]] = field(default_factory=dict)
     paused: dict[str, list[float]] = field(default_factory=dict)
     fresh: dict[str, list[float]] = field(default_factory=dict)
     fresh_ratio: dict[str, list[float]] = field(default_factory=dict)
@@ -712,6 +736,10 @@ def measure(
                 where.mkdir()
                 log(f"  {system}: steps")
                 fig.step.setdefault(system, []).append(run_worker(system, "steps", where)["step_s"])
+                if "steps-wal-normal" in WORKERS[system]:
+                    log(f"  {system}: steps on WAL/NORMAL")
+                    again = run_worker(system, "steps-wal-normal", where)["step_s"]
+                    fig.step_wal_normal.setdefault(system, []).append(again)
                 log(f"  {system}: resume")
                 paused = run_worker(system, "pause", where)
                 answered = run_worker(system, "answer", where, paused["handoff"])
@@ -785,6 +813,12 @@ def table(fig: Figures, systems: Sequence[str], repeat: int, best_of: int) -> li
             )
         return cell
 
+    def wal_normal_cell(s: str) -> str:
+        if s not in fig.step_wal_normal:
+            return "= above"
+        step = med(fig.step_wal_normal[s])
+        return f"{step / raw:.1f}x ({us(step)})"
+
     def fresh_cell(s: str) -> str:
         cell = f"{med(fig.fresh_ratio[s]):.1%} ({ms(med(fig.fresh[s]))})"
         if s == "langgraph":
@@ -796,15 +830,16 @@ def table(fig: Figures, systems: Sequence[str], repeat: int, best_of: int) -> li
         if s == "dbos" and fig.dbos_replay:
             cell += " " + note(
                 "DBOS: the process that ran the steps was killed while the workflow waited "
-                "in `recv`; the fresh process's `DBOS.launch()` re-enqueues the pending "
-                "workflow on DBOS's internal queue, a queue poller starts it, its 1,000 steps "
-                "return their recorded outputs, then `DBOS.send` and `get_result`. Of the "
-                f"time shown, {ms(med(fig.dbos_until_entered))} pass before the recovered "
-                "workflow starts (queue polling), replaying the 1,000 steps takes "
-                f"{ms(med(fig.dbos_replay))} and the rest, {ms(med(fig.dbos_rest))}, is "
-                "mostly `recv` noticing the answer (SQLite has no LISTEN/NOTIFY: DBOS polls "
-                "for it, by default every second; `get_result` is told to poll every 10 ms). "
-                "The queue and notification intervals are DBOS's defaults."
+                "in `recv`; in the fresh process `DBOS.launch()` re-enqueues the pending "
+                "workflow on DBOS's internal queue, `DBOS.send` delivers the answer, a queue "
+                "poller starts the workflow, its 1,000 steps return their recorded outputs, "
+                "`recv` finds the answer and `get_result` (told to poll every 10 ms; its "
+                "default is 1 s) returns. Of the time shown, "
+                f"{ms(med(fig.dbos_until_entered))} pass before the recovered workflow "
+                "starts (the launch, then the queue's poll, every second by default), "
+                f"replaying the 1,000 steps takes {ms(med(fig.dbos_replay))} and the rest "
+                f"takes {ms(med(fig.dbos_rest))}. "
+                "The queue's polling interval is DBOS's default."
             )
         return cell
 
@@ -838,6 +873,19 @@ def table(fig: Figures, systems: Sequence[str], repeat: int, best_of: int) -> li
     head = ["workload", "raw SQLite commit", *(LABELS[s] for s in systems)]
     rows = [
         [step_label(), f"1x ({us(raw)})", *(step_cell(s) for s in systems)],
+        [
+            "   … every system on WAL, synchronous=NORMAL "
+            + note(
+                "The same step workload with the peers' connections set as agency_runtime's "
+                "and the raw commit's: LangGraph's sqlite3 connection gets "
+                "`PRAGMA synchronous = NORMAL` (SqliteSaver sets WAL itself); DBOS's engine "
+                "opens its connections through a sqlite3.Connection subclass (passed as "
+                "`db_engine_kwargs={'connect_args': {'factory': ...}}`) that sets WAL and "
+                "NORMAL. A diagnostic, not how either ships."
+            ),
+            "—",
+            *(wal_normal_cell(s) for s in systems),
+        ],
         [
             f"2. resume after {PAUSE_AFTER:,} steps, fresh process (% of T, ms)",
             "—",
