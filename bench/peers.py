@@ -534,9 +534,9 @@ class WalNormalConnection(sqlite3.Connection):
 
 
 def dbos_open(db: Path, wal_normal: bool = False) -> Any:
-    from dbos import DBOS
+    from dbos import DBOS, DBOSConfig
 
-    config: dict[str, Any] = {
+    config: DBOSConfig = {
         "name": "peers-bench",
         "system_database_url": f"sqlite:///{db}",
         "log_level": "WARNING",
@@ -610,7 +610,7 @@ def dbos_pause(tmp: Path) -> dict[str, Any]:
 
 
 def dbos_answer(tmp: Path, handoff: dict[str, Any]) -> dict[str, Any]:
-    from dbos import DBOS
+    from dbos import DBOS, WorkflowHandle
 
     dbos_flows()
     dbos_open(Path(handoff["db"]))
@@ -618,7 +618,7 @@ def dbos_answer(tmp: Path, handoff: dict[str, Any]) -> dict[str, Any]:
     DBOS.launch()  # recovers the pending workflow (through DBOS's internal queue)
     try:
         DBOS.send(handoff["workflow_id"], True, topic=ANSWER_TOPIC)
-        handle = DBOS.retrieve_workflow(handoff["workflow_id"])
+        handle: WorkflowHandle[bool] = DBOS.retrieve_workflow(handoff["workflow_id"])
         value = handle.get_result(polling_interval_sec=0.01)  # the caller's poll: not 1 s
         elapsed = time.perf_counter() - started
         expect(value is True, value)
