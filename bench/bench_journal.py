@@ -249,20 +249,25 @@ async def answer_here(store: SqliteStore, paused: Any) -> float:
     return elapsed
 
 
-def answer_in_fresh_process(tmp: Path, db: Path, *paused: Any) -> list[float]:
-    """Seconds per answer, in order, all in one new process (the first one is cold)."""
-    interrupts = json.dumps([[i.model_dump(mode="json") for i in p.interrupts] for p in paused])
+def in_fresh_process(script: str, *args: object, timeout: float = 120) -> Any:
+    """Run ``script`` in a new interpreter (the app's module allowed); its last line's JSON."""
     done = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(tmp), url(db), interrupts],
+        [sys.executable, "-c", script, *map(str, args)],
         env={**os.environ, "AGENCY_IMPORTS": FLOWS_MODULE},  # the app's module (trust model)
         capture_output=True,
         text=True,
         check=False,
-        timeout=60,
+        timeout=timeout,
     )
     if done.returncode != 0:
         raise RuntimeError(f"the fresh process failed:\n{done.stderr}")
-    reports = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def answer_in_fresh_process(tmp: Path, db: Path, *paused: Any) -> list[float]:
+    """Seconds per answer, in order, all in one new process (the first one is cold)."""
+    interrupts = json.dumps([[i.model_dump(mode="json") for i in p.interrupts] for p in paused])
+    reports = in_fresh_process(FRESH_PROCESS, tmp, url(db), interrupts)
     for report in reports:
         expect(report["status"] == "completed" and report["value"] is True, report)
     return [float(report["seconds"]) for report in reports]
@@ -281,17 +286,7 @@ def answer_scaled(tmp: Path, paused: list[tuple[int, Any]]) -> list[tuple[int, f
     reports = []
     for n, result in paused:
         interrupts = json.dumps([i.model_dump(mode="json") for i in result.interrupts])
-        done = subprocess.run(
-            [sys.executable, "-c", SCALE_PROCESS, str(tmp), str(tmp / "scale.db"), interrupts],
-            env={**os.environ, "AGENCY_IMPORTS": FLOWS_MODULE},
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"the fresh process failed:\n{done.stderr}")
-        report = json.loads(done.stdout.strip().splitlines()[-1])
+        report = in_fresh_process(SCALE_PROCESS, tmp, tmp / "scale.db", interrupts, timeout=300)
         expect(report["status"] == "completed", report)
         reports.append((n, float(report["read"]), float(report["answer"])))
     return reports
@@ -309,16 +304,7 @@ async def paused_run_of(store: SqliteStore, flows: Any, run_id: str, n: int) -> 
 def storage(tmp: Path, flows: Any) -> tuple[int, int, int]:
     """(bytes on disk after the process exited, the most while it ran, the messages' text)."""
     db = tmp / "turns.db"
-    done = subprocess.run(
-        [sys.executable, "-c", LLM_TURNS_PROCESS, str(tmp), str(MESSAGES), str(MESSAGE_SIZE), db],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"the LLM-turns process failed:\n{done.stderr}")
-    largest = int(done.stdout.strip().splitlines()[-1])
+    largest = int(in_fresh_process(LLM_TURNS_PROCESS, tmp, MESSAGES, MESSAGE_SIZE, db))
     after = sum(p.stat().st_size for p in tmp.glob("turns.db*"))
     prompts = sum(len(flows.message_text(i, MESSAGE_SIZE).encode()) for i in range(MESSAGES))
     return after, largest, 2 * prompts  # the answers are as long as the prompts
