@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
 import anyio.lowlevel
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._core import _observe
@@ -34,7 +34,7 @@ from ._errors import (
     NotInRunError,
     RunPaused,
 )
-from ._types import Interrupt, InterruptResponse
+from ._types import DeferredModel, Interrupt, InterruptResponse
 
 __all__ = [
     "MAX_HANDLER_DEPTH",
@@ -55,7 +55,7 @@ MAX_HANDLER_DEPTH = 10
 """Handlers may run inside handlers up to this depth."""
 
 
-class HandlerDecision(BaseModel):
+class HandlerDecision(DeferredModel):
     """What a handler decided: approve, reject, propagate (defer upward) or pass."""
 
     model_config = ConfigDict(frozen=True)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from agency_runtime import InvalidArgumentError
+
+from ._util import DeferredModel
 
 __all__ = [
     "TurnConversation",
@@ -42,7 +44,7 @@ def js_encode(text: str) -> str:
     return quote(text, safe="-_.!~*'()")
 
 
-class TurnConversation(BaseModel):
+class TurnConversation(DeferredModel):
     """Which conversation a turn belongs to: a transport and an id within it."""
 
     model_config = ConfigDict(frozen=True)

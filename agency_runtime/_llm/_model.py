@@ -26,11 +26,12 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from .._core._jsondata import check_text, json_problem
 from .._core._money import PICO_PER_USD
 from .._errors import InvalidArgumentError
+from .._types import DeferredModel
 from ._provider import Usage
 
 __all__ = [
@@ -166,7 +167,7 @@ def _options_problem(options: object) -> str | None:
     return None
 
 
-class Model(BaseModel):
+class Model(DeferredModel):
     """A model to call, with what each request to it carries.
 
     ``model`` is the provider's model string (``"openai/llama-3"``, ``"fake/echo"``);
