@@ -6,6 +6,8 @@ test holds the two equal). Everything else is private (modules with a leading un
 Importing this package is cheap: litellm is imported lazily, on the first call that needs it.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._boundary._worker import Worker
 from ._clock import Clock
 from ._core._cancel import AbortSignal
@@ -87,12 +89,9 @@ from ._store import (
     EventLog,
     LockTable,
     MemoryIndex,
-    MemoryStore,
-    PostgresStore,
     RunLog,
     RunQueue,
     ScheduleTable,
-    SqliteStore,
     Store,
     open_store,
 )
@@ -108,6 +107,33 @@ from ._types import (
     RunStatus,
     Schedule,
 )
+
+if TYPE_CHECKING:
+    from ._store import MemoryStore, PostgresStore, SqliteStore
+
+_LAZY = {
+    "MemoryStore": "._store._memory",
+    "PostgresStore": "._store._postgres",
+    "SqliteStore": "._store._sqlite",
+}
+"""Public names whose modules load on first use, not with ``import agency_runtime``: the
+store backends (a store URL names one, and most processes only ever use one)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
