@@ -3,7 +3,9 @@
 The public surface is the :data:`agency` namespace plus the data shapes, protocols and
 exceptions re-exported here — exactly the names the README lists under *Public names* (a
 test holds the two equal). Everything else is private (modules with a leading underscore).
-Importing this package is cheap: litellm is imported lazily, on the first call that needs it.
+Importing this package is cheap: litellm is imported lazily, on the first call that needs it,
+and so are memory and the store backends, on first use (:data:`_LAZY`); no pydantic schema
+is built until a model is first used, and asyncio is not imported (trio programs need none).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -81,7 +83,6 @@ from ._llm._registry import register_provider, unregister_provider
 from ._llm._stream import LLMStream
 from ._llm._tools import Tool
 from ._locks import HeldLock
-from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
 from ._scope import ResumableScope, ResumableScopeOpts
 from ._store import (
     DEFAULT_STORE_URL,
@@ -109,15 +110,21 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
+    from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
     from ._store import MemoryStore, PostgresStore, SqliteStore
 
 _LAZY = {
+    "ConversationMemory": "._memory",
+    "MemoryConfig": "._memory",
+    "MemoryItem": "._memory",
+    "SaveReceipt": "._memory",
     "MemoryStore": "._store._memory",
     "PostgresStore": "._store._postgres",
     "SqliteStore": "._store._sqlite",
 }
-"""Public names whose modules load on first use, not with ``import agency_runtime``: the
-store backends (a store URL names one, and most processes only ever use one)."""
+"""Public names whose modules load on first use, not with ``import agency_runtime``: memory
+(agent and conversation memory, which most runs never turn on) and the store backends (a
+store URL names one, and most processes only ever use one)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -10,9 +10,10 @@ result; each has a context-manager form that installs the same frame.
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._boundary._admin import RunsNamespace
 from ._boundary._queue import QueuesNamespace, enqueue
@@ -52,10 +53,12 @@ from ._llm._model import register_model, unregister_model
 from ._llm._stream import llm_stream
 from ._llm._tools import tool
 from ._locks import lock, with_lock
-from ._memory import MemoryNamespace
 from ._patches import patched
 from ._scope import with_resumable_scope
 from ._waits import sleep, wait_for_event
+
+if TYPE_CHECKING:
+    from ._memory import MemoryNamespace
 
 __all__ = ["Agency", "agency"]
 
@@ -158,7 +161,14 @@ class Agency:
         self.runs = RunsNamespace()
         self.queues = QueuesNamespace()
         self.schedules = SchedulesNamespace()
-        self.memory = MemoryNamespace()
+
+    @functools.cached_property
+    def memory(self) -> MemoryNamespace:
+        """``agency.memory``: agent memory. Its modules (the knowledge graph, its prompts and
+        models) load when a program first uses it, not with ``import agency_runtime``."""
+        from ._memory import MemoryNamespace
+
+        return MemoryNamespace()
 
     run = staticmethod(run)
     enqueue = staticmethod(enqueue)
