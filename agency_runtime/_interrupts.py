@@ -14,7 +14,6 @@ from the run id and the call site, so once an answer is stored the same call ret
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
@@ -95,6 +94,8 @@ def interrupt_id(run_id: str, address: str, ordinal: int | str) -> str:
     ``ordinal`` is a plain number for the task that opened ``address``, a branch-qualified
     token (``"2.0:0"``) for a concurrent branch (see :mod:`agency_runtime._core._branches`).
     """
+    import hashlib  # on first use: it loads OpenSSL, which importing agency_runtime needs not
+
     digest = hashlib.blake2b(f"{run_id}\x00{address}\x00{ordinal}".encode(), digest_size=10)
     return f"intr_{digest.hexdigest()}"
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 from pydantic import ConfigDict, ValidationError, field_validator, model_validator
@@ -171,6 +170,8 @@ def _parse_time(value: object) -> datetime | None:
         try:
             parsed = datetime.fromisoformat(text.upper())
         except ValueError:
+            from email.utils import parsedate_to_datetime  # the email package: on first use
+
             parsed = parsedate_to_datetime(text)
         return _as_utc(parsed)
     except (TypeError, ValueError, IndexError, OverflowError):

@@ -28,7 +28,6 @@ effects and messages) still refuse to hand it a wrong result.
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import logging
 import sys
 import threading
@@ -174,6 +173,8 @@ def _relative(cursor: Cursor, address: str) -> str:
             return current.branch + suffix
         if current.branch:
             # A task spawned inside a nested base: name that base too (without '/').
+            import hashlib  # on first use: it loads OpenSSL, which the import needs not
+
             marker = hashlib.blake2b(current.base.encode(), digest_size=3).hexdigest()
             suffix = f"[{marker}]{current.branch}{suffix}"
         current = current.parent

@@ -13,7 +13,6 @@ composition root (:mod:`agency_runtime._boundary._runtime`) owns it.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -444,6 +443,8 @@ def _refuse_module(ref: str, module: str, why: str) -> EntryNotAllowedError:
 def _import_script(path: str) -> ModuleType:
     """Load the script ``path`` as a module (its ``if __name__ == "__main__"`` block does not
     run), once per process."""
+    import hashlib  # on first use: it loads OpenSSL, which importing agency_runtime needs not
+
     path = os.path.abspath(path)
     name = "_agency_entry_" + hashlib.blake2b(path.encode(), digest_size=8).hexdigest()
     existing = sys.modules.get(name)

@@ -18,13 +18,12 @@ toward the guards. After the call a guard it pushed over its budget raises a res
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import math
 import os
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError, create_model
@@ -62,6 +61,9 @@ from ._provider import (
 )
 from ._registry import provider_for
 from ._tools import Tool, ValidationFailure, as_tools
+
+if TYPE_CHECKING:
+    import json
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -723,6 +725,8 @@ async def _request(call: _Call) -> ChatResponse:
     if schema is not None:
         output = _response_format(schema)
         if not await provider.supports_schema(chosen.model):
+            import json  # on first use (the json module is not needed to import agency_runtime)
+
             instruction = (
                 "Respond with only a JSON document matching this JSON schema: "
                 + json.dumps(output.model_json_schema())
@@ -796,7 +800,8 @@ async def _request(call: _Call) -> ChatResponse:
 _FENCE = re.compile(r"```(?:[A-Za-z]+)?\s*\n?(.*?)```", re.DOTALL)
 _ENVELOPES = ("data", "result", "output", "response", "answer", "value")
 _OPENERS = re.compile(r"[\[{]")
-_DECODER = json.JSONDecoder()
+_DECODER: json.JSONDecoder | None = None
+"""Scans a text for JSON values (``raw_decode``): made on first use, with the json module."""
 _MAX_STARTS = 32
 """At most this many ``{``/``[`` positions of one text are tried as the start of a JSON value.
 
@@ -815,6 +820,9 @@ def _values_in(text: str) -> tuple[list[Any], bool]:
     that starts at a ``{`` or ``[`` and parses completely, scanning on after its end. Trailing
     text after a value (``{"a": 1}}``, ``{"a": 1} (hope that helps :})``) is ignored.
     """
+    import json  # on first use (the json module is not needed to import agency_runtime)
+
+    decoder = _decoder()
     too_deep = False
     try:
         return [json.loads(text)], False
@@ -829,7 +837,7 @@ def _values_in(text: str) -> tuple[list[Any], bool]:
         if opener is None:
             break
         try:
-            value, end = _DECODER.raw_decode(text, opener.start())
+            value, end = decoder.raw_decode(text, opener.start())
         except RecursionError:
             too_deep = True
             position = opener.start() + 1
@@ -839,6 +847,15 @@ def _values_in(text: str) -> tuple[list[Any], bool]:
             values.append(value)
             position = end
     return values, too_deep
+
+
+def _decoder() -> json.JSONDecoder:
+    global _DECODER
+    if _DECODER is None:
+        import json
+
+        _DECODER = json.JSONDecoder()
+    return _DECODER
 
 
 def _json_values(text: str) -> list[Any]:

@@ -798,7 +798,7 @@ class TestParseStructuredFirstCompleteValue:
         self, reply: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         starts: list[int] = []
-        decoder = llm_module._DECODER
+        decoder = llm_module._decoder()
 
         class Counting:
             def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:
@@ -820,7 +820,7 @@ class TestParseStructuredFirstCompleteValue:
         # fails: trying every one would scan the text 500 times; the starts tried are bounded.
         reply = "[" * 500 + "1," * 200_000
         starts: list[int] = []
-        decoder = llm_module._DECODER
+        decoder = llm_module._decoder()
 
         class Counting:
             def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:
