@@ -67,18 +67,6 @@ from ._facade import agency
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
 from ._llm._model import Model
-from ._llm._provider import (
-    ChatProvider,
-    ChatRequest,
-    ChatResponse,
-    EmbedRequest,
-    EmbedResponse,
-    StreamEnd,
-    TextDelta,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
 from ._llm._registry import register_provider, unregister_provider
 from ._llm._stream import LLMStream
 from ._llm._tools import Tool
@@ -110,21 +98,48 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
+    from ._llm._provider import (
+        ChatProvider,
+        ChatRequest,
+        ChatResponse,
+        EmbedRequest,
+        EmbedResponse,
+        StreamEnd,
+        TextDelta,
+        ToolCall,
+        ToolSpec,
+        Usage,
+    )
     from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
     from ._store import MemoryStore, PostgresStore, SqliteStore
 
 _LAZY = {
-    "ConversationMemory": "._memory",
-    "MemoryConfig": "._memory",
-    "MemoryItem": "._memory",
-    "SaveReceipt": "._memory",
+    **dict.fromkeys(
+        (
+            "ChatProvider",
+            "ChatRequest",
+            "ChatResponse",
+            "EmbedRequest",
+            "EmbedResponse",
+            "StreamEnd",
+            "TextDelta",
+            "ToolCall",
+            "ToolSpec",
+            "Usage",
+        ),
+        "._llm._provider",
+    ),
+    **dict.fromkeys(
+        ("ConversationMemory", "MemoryConfig", "MemoryItem", "SaveReceipt"), "._memory"
+    ),
     "MemoryStore": "._store._memory",
     "PostgresStore": "._store._postgres",
     "SqliteStore": "._store._sqlite",
 }
-"""Public names whose modules load on first use, not with ``import agency_runtime``: memory
-(agent and conversation memory, which most runs never turn on) and the store backends (a
-store URL names one, and most processes only ever use one)."""
+"""Public names whose modules load on first use, not with ``import agency_runtime``: the
+provider seam's shapes (the first LLM call, or a provider, needs them), memory (agent and
+conversation memory, which most runs never turn on) and the store backends (a store URL
+names one, and most processes only ever use one)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -47,7 +47,6 @@ from ._errors import InvalidArgumentError
 from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
 from ._interrupts import handler, interrupt, with_handler
 from ._llm._chat import llm
-from ._llm._litellm import start_preload
 from ._llm._model import Model as _Model
 from ._llm._model import register_model, unregister_model
 from ._llm._stream import llm_stream
@@ -256,6 +255,8 @@ class Agency:
 
         The first ``agency.llm`` call then finds it ready. ``wait=True`` blocks until done.
         """
+        from ._llm._litellm import start_preload  # the litellm provider, loaded on first use
+
         start_preload(wait=wait)
 
     async def checkpoint(self, label: str | None = None) -> str:

@@ -23,7 +23,7 @@ import math
 import threading
 from collections.abc import Iterator, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, SecretStr, ValidationError, model_validator
@@ -32,7 +32,9 @@ from .._core._jsondata import check_text, json_problem
 from .._core._money import PICO_PER_USD
 from .._errors import InvalidArgumentError
 from .._types import DeferredModel
-from ._provider import Usage
+
+if TYPE_CHECKING:
+    from ._provider import Usage
 
 __all__ = [
     "MODELS",

@@ -14,12 +14,14 @@ import inspect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .._errors import InvalidArgumentError
-from ._provider import ToolSpec
+
+if TYPE_CHECKING:
+    from ._provider import ToolSpec
 
 __all__ = ["Tool", "as_tools", "tool"]
 
@@ -141,6 +143,8 @@ def _make(
     arguments = _arguments_model(fn, chosen)
     schema = arguments.model_json_schema()
     schema.pop("title", None)
+    from ._provider import ToolSpec  # the seam's shapes load with their first use
+
     return Tool(
         fn=fn,
         name=chosen,
