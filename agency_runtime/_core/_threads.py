@@ -278,12 +278,12 @@ def normalize_thread_id(thread_id: str | int) -> str:
             f'a thread id is a string like "t3" or "3", got {type(thread_id).__name__}'
         )
     text = str(thread_id).strip()
-    if text.startswith("t") and _COUNTED_ID.match(text, 1):
+    if text.startswith("t") and re.compile(_COUNTED_ID).match(text, 1):
         return text[1:]
     return text
 
 
-_COUNTED_ID = re.compile(r"(?:\d+|[\d?\[][^:]*:\d+)\Z")
+_COUNTED_ID = r"(?:\d+|[\d?\[][^:]*:\d+)\Z"  # compiled (and cached by re) on first use
 """A counted thread id: ``"3"``, or a branch's ``"0.1:0"``."""
 
 

@@ -38,7 +38,7 @@ __all__ = ["IMPORTS_ENV", "OWN_PACKAGES", "EntryRegistry", "location_ref"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,199}")
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,199}"  # compiled (and cached by re) on first use
 """An entry name: letters, digits, ``_ . - /``; no ``:``, so it never looks like a ref."""
 
 OWN_PACKAGES: tuple[str, ...] = ("agency_runtime", "turn_kit")
@@ -109,7 +109,7 @@ class EntryRegistry:
                 f"{fn!r:.80}"
             )
         if name is not None:
-            if not isinstance(name, str) or not _NAME.fullmatch(name):
+            if not isinstance(name, str) or not re.fullmatch(_NAME, name):
                 raise InvalidArgumentError(
                     f"an entry name must be 1-200 letters, digits, '_', '.', '-' or '/' (starting "
                     f"with a letter, digit or '_'; no ':'), got {name!r:.80}"
@@ -315,7 +315,7 @@ class EntryRegistry:
         imported: the module declaring it must be imported already.
         """
         module_name, sep, qualname = ref.rpartition(":")
-        if not sep and ref and _NAME.fullmatch(ref):
+        if not sep and ref and re.fullmatch(_NAME, ref):
             raise EntryNotAllowedError(
                 f"the stored run's entry is named {ref!r}, and no entry of that name is "
                 "declared in this process; import the module that declares it "

@@ -796,9 +796,9 @@ async def _request(call: _Call) -> ChatResponse:
 
 # -- tolerant parsing -----------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```(?:[A-Za-z]+)?\s*\n?(.*?)```", re.DOTALL)
+_FENCE = r"```(?:[A-Za-z]+)?\s*\n?(.*?)```"  # patterns: compiled (and cached by re) on first use
 _ENVELOPES = ("data", "result", "output", "response", "answer", "value")
-_OPENERS = re.compile(r"[\[{]")
+_OPENERS = r"[\[{]"
 _DECODER: json.JSONDecoder | None = None
 """Scans a text for JSON values (``raw_decode``): made on first use, with the json module."""
 _MAX_STARTS = 32
@@ -822,6 +822,7 @@ def _values_in(text: str) -> tuple[list[Any], bool]:
     import json  # on first use (the json module is not needed to import agency_runtime)
 
     decoder = _decoder()
+    openers = re.compile(_OPENERS)
     too_deep = False
     try:
         return [json.loads(text)], False
@@ -832,7 +833,7 @@ def _values_in(text: str) -> tuple[list[Any], bool]:
     values: list[Any] = []
     position = 0
     for _ in range(_MAX_STARTS):
-        opener = _OPENERS.search(text, position)
+        opener = openers.search(text, position)
         if opener is None:
             break
         try:
@@ -864,7 +865,7 @@ def _json_values(text: str) -> list[Any]:
     :class:`_NoJSONError` (a ``ValueError``) when there is none.
     """
     stripped = text.strip()
-    fence = _FENCE.search(stripped)
+    fence = re.search(_FENCE, stripped, re.DOTALL)
     too_deep = False
     for candidate in (fence.group(1).strip(), stripped) if fence else (stripped,):
         values, deep = _values_in(candidate)
