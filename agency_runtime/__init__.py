@@ -3,8 +3,12 @@
 The public surface is the :data:`agency` namespace plus the data shapes, protocols and
 exceptions re-exported here — exactly the names the README lists under *Public names* (a
 test holds the two equal). Everything else is private (modules with a leading underscore).
-Importing this package is cheap: litellm is imported lazily, on the first call that needs it.
+Importing this package is cheap: litellm is imported lazily, on the first call that needs it,
+and so are memory and the store backends, on first use (:data:`_LAZY`); no pydantic schema
+is built until a model is first used, and asyncio is not imported (trio programs need none).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from ._boundary._worker import Worker
 from ._clock import Clock
@@ -63,23 +67,10 @@ from ._facade import agency
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
 from ._llm._model import Model
-from ._llm._provider import (
-    ChatProvider,
-    ChatRequest,
-    ChatResponse,
-    EmbedRequest,
-    EmbedResponse,
-    StreamEnd,
-    TextDelta,
-    ToolCall,
-    ToolSpec,
-    Usage,
-)
 from ._llm._registry import register_provider, unregister_provider
 from ._llm._stream import LLMStream
 from ._llm._tools import Tool
 from ._locks import HeldLock
-from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
 from ._scope import ResumableScope, ResumableScopeOpts
 from ._store import (
     DEFAULT_STORE_URL,
@@ -87,12 +78,9 @@ from ._store import (
     EventLog,
     LockTable,
     MemoryIndex,
-    MemoryStore,
-    PostgresStore,
     RunLog,
     RunQueue,
     ScheduleTable,
-    SqliteStore,
     Store,
     open_store,
 )
@@ -108,6 +96,66 @@ from ._types import (
     RunStatus,
     Schedule,
 )
+
+if TYPE_CHECKING:
+    from ._llm._provider import (
+        ChatProvider,
+        ChatRequest,
+        ChatResponse,
+        EmbedRequest,
+        EmbedResponse,
+        StreamEnd,
+        TextDelta,
+        ToolCall,
+        ToolSpec,
+        Usage,
+    )
+    from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
+    from ._store import MemoryStore, PostgresStore, SqliteStore
+
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "ChatProvider",
+            "ChatRequest",
+            "ChatResponse",
+            "EmbedRequest",
+            "EmbedResponse",
+            "StreamEnd",
+            "TextDelta",
+            "ToolCall",
+            "ToolSpec",
+            "Usage",
+        ),
+        "._llm._provider",
+    ),
+    **dict.fromkeys(
+        ("ConversationMemory", "MemoryConfig", "MemoryItem", "SaveReceipt"), "._memory"
+    ),
+    "MemoryStore": "._store._memory",
+    "PostgresStore": "._store._postgres",
+    "SqliteStore": "._store._sqlite",
+}
+"""Public names whose modules load on first use, not with ``import agency_runtime``: the
+provider seam's shapes (the first LLM call, or a provider, needs them), memory (agent and
+conversation memory, which most runs never turn on) and the store backends (a store URL
+names one, and most processes only ever use one)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -10,9 +10,10 @@ result; each has a context-manager form that installs the same frame.
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._boundary._admin import RunsNamespace
 from ._boundary._queue import QueuesNamespace, enqueue
@@ -46,16 +47,17 @@ from ._errors import InvalidArgumentError
 from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
 from ._interrupts import handler, interrupt, with_handler
 from ._llm._chat import llm
-from ._llm._litellm import start_preload
 from ._llm._model import Model as _Model
 from ._llm._model import register_model, unregister_model
 from ._llm._stream import llm_stream
 from ._llm._tools import tool
 from ._locks import lock, with_lock
-from ._memory import MemoryNamespace
 from ._patches import patched
 from ._scope import with_resumable_scope
 from ._waits import sleep, wait_for_event
+
+if TYPE_CHECKING:
+    from ._memory import MemoryNamespace
 
 __all__ = ["Agency", "agency"]
 
@@ -158,7 +160,14 @@ class Agency:
         self.runs = RunsNamespace()
         self.queues = QueuesNamespace()
         self.schedules = SchedulesNamespace()
-        self.memory = MemoryNamespace()
+
+    @functools.cached_property
+    def memory(self) -> MemoryNamespace:
+        """``agency.memory``: agent memory. Its modules (the knowledge graph, its prompts and
+        models) load when a program first uses it, not with ``import agency_runtime``."""
+        from ._memory import MemoryNamespace
+
+        return MemoryNamespace()
 
     run = staticmethod(run)
     enqueue = staticmethod(enqueue)
@@ -246,6 +255,8 @@ class Agency:
 
         The first ``agency.llm`` call then finds it ready. ``wait=True`` blocks until done.
         """
+        from ._llm._litellm import start_preload  # the litellm provider, loaded on first use
+
         start_preload(wait=wait)
 
     async def checkpoint(self, label: str | None = None) -> str:

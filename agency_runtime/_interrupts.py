@@ -14,13 +14,12 @@ from the run id and the call site, so once an answer is stored the same call ret
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
 import anyio.lowlevel
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._core import _observe
@@ -34,7 +33,7 @@ from ._errors import (
     NotInRunError,
     RunPaused,
 )
-from ._types import Interrupt, InterruptResponse
+from ._types import DeferredModel, Interrupt, InterruptResponse
 
 __all__ = [
     "MAX_HANDLER_DEPTH",
@@ -55,7 +54,7 @@ MAX_HANDLER_DEPTH = 10
 """Handlers may run inside handlers up to this depth."""
 
 
-class HandlerDecision(BaseModel):
+class HandlerDecision(DeferredModel):
     """What a handler decided: approve, reject, propagate (defer upward) or pass."""
 
     model_config = ConfigDict(frozen=True)
@@ -95,6 +94,8 @@ def interrupt_id(run_id: str, address: str, ordinal: int | str) -> str:
     ``ordinal`` is a plain number for the task that opened ``address``, a branch-qualified
     token (``"2.0:0"``) for a concurrent branch (see :mod:`agency_runtime._core._branches`).
     """
+    import hashlib  # on first use: it loads OpenSSL, which importing agency_runtime needs not
+
     digest = hashlib.blake2b(f"{run_id}\x00{address}\x00{ordinal}".encode(), digest_size=10)
     return f"intr_{digest.hexdigest()}"
 

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from types import CodeType, FrameType
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._core._branches import at_base, qualify, tick
@@ -47,6 +47,7 @@ from ._errors import (
     NondeterminismError,
     StepResultError,
 )
+from ._types import DeferredModel
 
 __all__ = ["ResumableScope", "ResumableScopeOpts", "step_name", "with_resumable_scope"]
 
@@ -65,7 +66,7 @@ def _fields(exc: ValidationError) -> str:
     )
 
 
-class ResumableScopeOpts(BaseModel):
+class ResumableScopeOpts(DeferredModel):
     """Options of a resumable scope: its name, module id, and result-checkpoint pinning."""
 
     model_config = ConfigDict(frozen=True)

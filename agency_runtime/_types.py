@@ -24,6 +24,7 @@ __all__ = [
     "FINAL_STATUSES",
     "Checkpoint",
     "Claim",
+    "DeferredModel",
     "ErrorInfo",
     "Interrupt",
     "InterruptAnswer",
@@ -48,7 +49,40 @@ or handed back by a draining worker). ``waiting``: parked by a worker in ``agenc
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "cancelled"})
 
 
-class ErrorInfo(BaseModel):
+class DeferredModel(BaseModel):
+    """The base of this package's models: pydantic builds a model's schema on first use.
+
+    Building every model's validator and serializer when its module was imported was most of
+    the import's time, so each model defers it (``defer_build``) until it is first validated,
+    dumped or described. ``defer_build`` alone would let an instance exist while its class is
+    still unbuilt — made inside another model's or a TypeAdapter's validation (ours or a
+    user's), by ``model_construct``, or unpickled — and pydantic-core cannot serialize such an
+    instance by itself (``to_json(instance)``: "'MockValSer' object is not an instance of
+    'SchemaSerializer'"). So every instance completes its class as it is made
+    (``model_post_init``, ``__setstate__``): no instance of an unbuilt class ever exists.
+    """
+
+    model_config = ConfigDict(defer_build=True)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Build this model's class if this is its first instance (see the class docstring)."""
+        if not type(self).__pydantic_complete__:
+            complete(type(self))
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        """Unpickle, building the class first (see the class docstring)."""
+        complete(type(self))
+        super().__setstate__(state)
+
+
+def complete(model: type[BaseModel]) -> None:
+    """Build ``model``'s schema, validator and serializer now if they are still deferred."""
+    if not model.__pydantic_complete__:
+        # Depth 0: its annotations resolve in its own module, never in some caller's locals.
+        model.model_rebuild(_parent_namespace_depth=0)
+
+
+class ErrorInfo(DeferredModel):
     """The JSON form of an exception that ended a run."""
 
     model_config = ConfigDict()
@@ -64,7 +98,7 @@ class ErrorInfo(BaseModel):
         return cls(type=kind.__qualname__, message=str(exc), module=kind.__module__)
 
 
-class Interrupt(BaseModel):
+class Interrupt(DeferredModel):
     """A question a run asks a human (or a handler) before it can go on.
 
     Interrupt ids are deterministic: derived from the run id and the call site, so a resumed
@@ -83,7 +117,7 @@ class Interrupt(BaseModel):
     checkpoint_id: str | None = None
 
 
-class RunResult(BaseModel):
+class RunResult(DeferredModel):
     """The outcome of ``agency.run``: status, value or error, interrupts, spend and timings.
 
     ``exception`` holds the original exception object in the process that ran the entry; it
@@ -133,7 +167,7 @@ class RunResult(BaseModel):
         raise RunFailedError(self) from self.exception
 
 
-class InterruptResponse(BaseModel):
+class InterruptResponse(DeferredModel):
     """An answer to an interrupt: approve or reject, with an optional value."""
 
     model_config = ConfigDict(frozen=True)
@@ -147,7 +181,7 @@ class InterruptResponse(BaseModel):
         return self.type == "approve"
 
 
-class JournalEntry(BaseModel):
+class JournalEntry(DeferredModel):
     """One completed step (or journaled call), committed with everything it changed."""
 
     model_config = ConfigDict()
@@ -187,6 +221,8 @@ class JournalEntry(BaseModel):
         complete set of fields, an order of magnitude faster. Values that turn out to be
         damaged are reported when the step is replayed.
         """
+        if not cls.__pydantic_complete__:  # no instance of an unbuilt class (DeferredModel)
+            complete(cls)
         entry = cls.__new__(cls)
         object.__setattr__(entry, "__dict__", values)
         # One set for every entry: all fields are set, so pydantic's only change to it (the
@@ -201,7 +237,7 @@ _ENTRY_FIELDS: frozenset[str] = frozenset(JournalEntry.model_fields)
 _ALL_SET: set[str] = set(_ENTRY_FIELDS)
 
 
-class InterruptAnswer(BaseModel):
+class InterruptAnswer(DeferredModel):
     """An interrupt a run paused on, and its answer once given."""
 
     model_config = ConfigDict()
@@ -213,7 +249,7 @@ class InterruptAnswer(BaseModel):
     answered_at: float | None = None
 
 
-class Checkpoint(BaseModel):
+class Checkpoint(DeferredModel):
     """A run's state at one point: journal position, threads, globals and spend."""
 
     model_config = ConfigDict()
@@ -235,7 +271,7 @@ class Checkpoint(BaseModel):
     created_at: float = Field(default_factory=time.time)
 
 
-class Journal(BaseModel):
+class Journal(DeferredModel):
     """Everything stored about a run's progress, as loaded to resume it."""
 
     model_config = ConfigDict()
@@ -255,7 +291,7 @@ class Journal(BaseModel):
         )
 
 
-class MemoryRecord(BaseModel):
+class MemoryRecord(DeferredModel):
     """One remembered item of conversation memory, as stored."""
 
     model_config = ConfigDict()
@@ -269,7 +305,7 @@ class MemoryRecord(BaseModel):
     expires_at: float | None = None
 
 
-class RunRecord(BaseModel):
+class RunRecord(DeferredModel):
     """A run as stored: identity, inputs, state, outcome, spend and lease."""
 
     model_config = ConfigDict()
@@ -360,7 +396,7 @@ class RunRecord(BaseModel):
         )
 
 
-class Claim(BaseModel):
+class Claim(DeferredModel):
     """The answer to :meth:`Store.claim_run`."""
 
     model_config = ConfigDict()
@@ -370,7 +406,7 @@ class Claim(BaseModel):
     record: RunRecord = Field(description="The run as it is after the claim.")
 
 
-class RunEvent(BaseModel):
+class RunEvent(DeferredModel):
     """An event sent to a run (``agency.runs.send``), buffered until a wait takes it."""
 
     model_config = ConfigDict()
@@ -386,7 +422,7 @@ class RunEvent(BaseModel):
     )
 
 
-class Schedule(BaseModel):
+class Schedule(DeferredModel):
     """A schedule (``agency.schedules.add``): starts ``entry`` at every occurrence.
 
     Exactly one of ``cron`` and ``every`` is set. Occurrence runs are queued in ``queue``

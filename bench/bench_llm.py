@@ -10,11 +10,11 @@
 * for scale, agency.llm on the fake provider at the seam (``fake/echo``: no litellm at all);
 * a fake-model run in a fresh interpreter (import, run, answer: what the demo's first
   answer waits for), and whether that run imported litellm;
-* import: ``import agency_runtime, turn_kit`` in a fresh interpreter, over a bare one, and
-  ``import litellm`` for scale.
+* import: ``import agency_runtime, turn_kit`` in a fresh interpreter, over a bare one (the two
+  interleaved, 11 of each: the best and the median), and ``import litellm`` for scale.
 
-Goals (issue 4): agency.llm adds at most 10 % over the raw call; the import adds at most
-250 ms over a bare interpreter.
+Goals: agency.llm adds at most 10 % over the raw call (issue 4); the import adds at most
+120 ms over a bare interpreter, best of 11 (issue 17).
 """
 
 from __future__ import annotations
@@ -87,6 +87,21 @@ async def agency_calls(n: int, model: str = MODEL) -> float:
     return elapsed / n
 
 
+def import_over_bare(statement: str, repeat: int = 11) -> tuple[float, float]:
+    """Seconds ``statement`` adds to a bare interpreter, best and median of ``repeat`` each.
+
+    The two are started in turn (bare, ``statement``, bare, ...), so a drift in the machine's
+    speed moves both alike.
+    """
+    bare, ours = [], []
+    for _ in range(repeat):
+        for samples, code in ((bare, "pass"), (ours, statement)):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            samples.append(time.perf_counter() - started)
+    return min(ours) - min(bare), statistics.median(ours) - statistics.median(bare)
+
+
 def import_seconds(statement: str, repeat: int = 5) -> float:
     samples = []
     for _ in range(repeat):
@@ -133,7 +148,7 @@ async def main(n: int) -> None:
         seams.append(await agency_calls(n, SEAM_MODEL))
     raw, mine, seam = statistics.median(raws), statistics.median(ours), statistics.median(seams)
     bare = import_seconds("pass")
-    ours_import = import_seconds("import agency_runtime, turn_kit")
+    import_best, import_median = import_over_bare("import agency_runtime, turn_kit")
     heavy = import_seconds("import litellm", repeat=1)
     first, first_imported = first_answer()
     overhead = statistics.median(ratios) - 1
@@ -159,10 +174,16 @@ async def main(n: int) -> None:
             _verdict(not first_imported),
         ),
         (
-            "import agency_runtime, turn_kit (over bare)",
-            f"{(ours_import - bare) * 1e3:.0f} ms",
-            "<= 250 ms",
-            _verdict(ours_import - bare <= 0.25),
+            "import agency_runtime, turn_kit (over bare, best of 11)",
+            f"{import_best * 1e3:.0f} ms",
+            "<= 120 ms",
+            _verdict(import_best <= 0.120),
+        ),
+        (
+            "import agency_runtime, turn_kit (over bare, median)",
+            f"{import_median * 1e3:.0f} ms",
+            "",
+            "",
         ),
         ("import litellm (over bare), for scale", f"{(heavy - bare) * 1e3:.0f} ms", "", ""),
     ]

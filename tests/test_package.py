@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
 import subprocess
 import sys
@@ -13,16 +14,98 @@ import agency_runtime
 import turn_kit
 
 
-def test_importing_the_packages_does_not_import_litellm() -> None:
-    code = (
-        "import sys, agency_runtime, turn_kit; "
-        "heavy = [m for m in ('litellm', 'openai', 'telegram') if m in sys.modules]; "
-        "print(heavy)"
-    )
+def _fresh(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (its stderr shown if it fails)."""
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
-    assert done.stdout.strip() == "[]"
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+HEAVY = (
+    # provider and transport libraries, imported by the first call that needs them
+    "litellm", "openai", "telegram", "httpx",
+    # the extras: PostgreSQL, the run inspector, tracing, schedules
+    "psycopg", "psycopg_pool", "starlette", "uvicorn", "opentelemetry", "croniter",
+    # what an event loop or a feature brings, not the import: asyncio (trio programs never
+    # load it), TLS, sqlite3 and the like
+    "asyncio", "ssl", "certifi", "sqlite3", "email.utils", "hashlib", "socket", "json",
+    # the package's own optional parts: the store backends, memory, the provider seam
+    "agency_runtime._store._postgres", "agency_runtime._store._sqlite",
+    "agency_runtime._store._memory", "agency_runtime._memory", "agency_runtime._llm._provider",
+    "agency_runtime._llm._litellm", "turn_kit.telegram",
+)  # fmt: skip
+"""Modules ``import agency_runtime, turn_kit`` must not load (issue 17: the import's cost)."""
+
+
+def test_importing_the_packages_loads_nothing_heavy() -> None:
+    # Compared with what the interpreter had loaded before the import: a site hook of the
+    # environment may load some of these (certifi, say) in every interpreter.
+    code = (
+        "import sys; before = set(sys.modules); import agency_runtime, turn_kit; "
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules and m not in before))"
+    )
+    assert _fresh(code) == "[]"
+
+
+def test_importing_the_packages_builds_no_pydantic_schema() -> None:
+    # Every model defers its schema to its first use (DeferredModel): none is built yet.
+    code = (
+        "import agency_runtime, turn_kit\n"
+        "from pydantic import BaseModel\n"
+        "def models(cls):\n"
+        "    for sub in cls.__subclasses__():\n"
+        "        yield sub\n"
+        "        yield from models(sub)\n"
+        "print(sorted({m.__qualname__ for m in models(BaseModel)\n"
+        "    if m.__module__.split('.')[0] in ('agency_runtime', 'turn_kit')\n"
+        "    and m.__pydantic_complete__}))"
+    )
+    assert _fresh(code) == "[]"
+
+
+def test_a_deferred_models_instances_serialize_however_they_were_made() -> None:
+    # pydantic-core cannot serialize an instance of a class whose schema is still deferred;
+    # DeferredModel builds the class with its first instance, whichever way it is made.
+    code = """
+import pickle
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_json
+from agency_runtime import Interrupt, JournalEntry, Message, RunResult
+from turn_kit import TurnHistoryEntry
+
+class Users(BaseModel):  # a user's model, built now, holding one of ours
+    history: list[Message]
+
+made = [
+    Users.model_validate({"history": [{"role": "user", "content": "hi"}]}).history[0],
+    TypeAdapter(list[Interrupt]).validate_python([{"interrupt_id": "i"}])[0],
+    TurnHistoryEntry.model_construct(content="x"),
+    pickle.loads(pickle.dumps(RunResult.model_construct(run_id="r", status="completed"))),
+    JournalEntry.from_row(dict(
+        run_id="r", seq=1, path="p", name="n", callsite="", result="1", locals=None,
+        scopes=None, deltas=None, error=None, cost_pico=0, tokens=0, created_at=1.0,
+    )),
+]
+print([type(value).__name__ for value in made if not to_json(value)])
+"""
+    assert _fresh(code) == "[]"
+
+
+def test_every_model_of_the_packages_derives_from_deferred_model() -> None:
+    # Read from the source (importing every module would load litellm and the extras): a
+    # class of the packages derives from pydantic's BaseModel only through DeferredModel.
+    root = Path(__file__).parent.parent
+    direct = []
+    for package in ("agency_runtime", "turn_kit"):
+        for file in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+                if not isinstance(node, ast.ClassDef) or node.name == "DeferredModel":
+                    continue
+                if any(ast.unparse(base).endswith("BaseModel") for base in node.bases):
+                    direct.append(f"{file.relative_to(root)}: {node.name}")
+    assert direct == []
 
 
 def _documented_names() -> set[str]:

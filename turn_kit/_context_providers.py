@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from agency_runtime import InvalidArgumentError
 
 from ._ctx import log_event
 from ._history import TurnHistoryEntry
 from ._identity import TurnConversation, js_trim
-from ._util import maybe_await
+from ._util import DeferredModel, maybe_await
 
 __all__ = [
     "TurnContext",
@@ -38,7 +38,7 @@ ContextCategory = Literal["memory", "session", "enrichment", "workspace", "guard
 """What kind of context a section is."""
 
 
-class TurnContext(BaseModel):
+class TurnContext(DeferredModel):
     """One labelled section of context handed to the responder."""
 
     model_config = ConfigDict()

@@ -17,9 +17,12 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agency_runtime import ConversationMemory, Store, agency
+from agency_runtime import Store, agency
+
+if TYPE_CHECKING:
+    from agency_runtime import ConversationMemory
 
 __all__ = ["AgencyCtx", "TurnCtx", "TurnMemory", "agency_ctx", "log_event"]
 
@@ -158,4 +161,6 @@ def agency_ctx(
     The memory uses ``store`` when given, else the store of the run it is called in (every
     turn is one), else ``AGENCY_STORE``.
     """
+    from agency_runtime import ConversationMemory  # loads conversation memory on first use
+
     return AgencyCtx(ConversationMemory(store, namespace=namespace), log or logger)

@@ -20,17 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, ValidationError, field_validator, model_validator
 
 from agency_runtime import InvalidArgumentError
 
 from ._ctx import log_event
 from ._errors import TurnKitError, TurnMemoryError
 from ._identity import js_trim
-from ._util import maybe_await
+from ._util import DeferredModel, maybe_await
 
 __all__ = [
     "RecallOrder",
@@ -58,7 +57,7 @@ _CAMEL_KEYS = {
 }
 
 
-class TurnMemoryOptions(BaseModel):
+class TurnMemoryOptions(DeferredModel):
     """How a turn recalls and saves its conversation memory (the seed's ``TurnMemoryOptions``).
 
     Dicts may use the seed's camelCase keys (``ttlSeconds``, ``recallOrder``, ``userLabel``,
@@ -129,7 +128,7 @@ def memory_options(value: TurnMemoryOptions | Mapping[str, Any] | None) -> TurnM
     )
 
 
-class TurnHistoryEntry(BaseModel):
+class TurnHistoryEntry(DeferredModel):
     """One remembered turn or message, as the responder and context providers see it."""
 
     model_config = ConfigDict()
@@ -171,6 +170,8 @@ def _parse_time(value: object) -> datetime | None:
         try:
             parsed = datetime.fromisoformat(text.upper())
         except ValueError:
+            from email.utils import parsedate_to_datetime  # the email package: on first use
+
             parsed = parsedate_to_datetime(text)
         return _as_utc(parsed)
     except (TypeError, ValueError, IndexError, OverflowError):

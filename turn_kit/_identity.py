@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from agency_runtime import InvalidArgumentError
+
+from ._util import DeferredModel
 
 __all__ = [
     "TurnConversation",
@@ -29,7 +31,7 @@ _JS_WHITESPACE = (
     "\u0009\u000a\u000b\u000c\u000d\u0020\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
     "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
-_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_SLUG = r"[a-z0-9][a-z0-9-]{0,62}"  # compiled (and cached by re) on first use
 
 
 def js_trim(text: str) -> str:
@@ -42,7 +44,7 @@ def js_encode(text: str) -> str:
     return quote(text, safe="-_.!~*'()")
 
 
-class TurnConversation(BaseModel):
+class TurnConversation(DeferredModel):
     """Which conversation a turn belongs to: a transport and an id within it."""
 
     model_config = ConfigDict(frozen=True)
@@ -89,7 +91,7 @@ def conversation_key(root: str, thread: str | int | None = None) -> str:
 def conversation_tag(namespace: str, conversation: TurnConversation | dict[str, str]) -> str:
     """The memory tag of a conversation: ``turn:<namespace>:<transport>:<id>`` (encoded)."""
     slug = js_trim(namespace) if isinstance(namespace, str) else ""
-    if not _SLUG.fullmatch(slug):
+    if not re.fullmatch(_SLUG, slug):
         raise InvalidArgumentError(
             f"turn namespace must be a lowercase slug (letters, digits, '-'), got {namespace!r}"
         )

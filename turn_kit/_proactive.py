@@ -36,7 +36,7 @@ from ._ctx import log_event
 from ._errors import UnconfirmedTurnDeliveryError
 from ._history import TurnMemoryOptions, memory_options, remember_assistant_message
 from ._identity import TurnConversation, as_conversation, conversation_tag, js_trim
-from ._util import maybe_await
+from ._util import DeferredModel, maybe_await
 
 if TYPE_CHECKING:
     from .telegram import TelegramTransport
@@ -46,7 +46,7 @@ __all__ = ["ProactiveResult", "send_proactive"]
 _SCOPE = "proactive"
 
 
-class ProactiveResult(BaseModel):
+class ProactiveResult(DeferredModel):
     """What :func:`send_proactive` returns (the same on a replay as on the first run).
 
     ``receipt`` is the delivery's journaled receipt: a
@@ -62,7 +62,7 @@ class ProactiveResult(BaseModel):
     memory_saved: bool
 
 
-class _Delivered(BaseModel):
+class _Delivered(DeferredModel):
     """The deliver step's journaled outcome: the receipt and whether it was confirmed."""
 
     receipt: Any = None

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import ConfigDict, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import from_json, to_json
 
 from agency_runtime import (
@@ -78,7 +78,7 @@ from ._history import (
     remember_turn,
 )
 from ._identity import TurnConversation, as_conversation, conversation_tag, js_encode, js_trim
-from ._util import maybe_await
+from ._util import DeferredModel, maybe_await
 from ._version import TURN_KIT_VERSION
 
 __all__ = [
@@ -99,7 +99,7 @@ it while held, at every poll while waiting): a holder on another machine that di
 conversation at most this long. Read at each :meth:`TurnRunner.hold`, so tests may shorten it."""
 
 
-class TurnResponse(BaseModel):
+class TurnResponse(DeferredModel):
     """What ``respond`` may return instead of a plain string.
 
     ``remember``: ``False`` skips saving this turn; a string replaces the saved record.
@@ -111,7 +111,7 @@ class TurnResponse(BaseModel):
     remember: str | Literal[False] | None = None
 
 
-class TurnResult(BaseModel):
+class TurnResult(DeferredModel):
     """The outcome of a turn: exactly the seed's five fields."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -160,7 +160,7 @@ class TurnStream(Protocol):
     def restore(self, data: Any) -> None: ...
 
 
-class _Responded(BaseModel):
+class _Responded(DeferredModel):
     """The respond step's journaled outcome."""
 
     reply: str

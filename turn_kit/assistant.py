@@ -38,7 +38,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -51,6 +50,8 @@ from agency_runtime import InvalidArgumentError
 from turn_kit._context_providers import ContextCategory, ContextImportance, TurnContext
 from turn_kit._errors import TurnKitError
 from turn_kit._identity import TurnConversation, conversation_tag, js_trim
+
+from ._util import DeferredModel
 
 __all__ = [
     "MAX_ENRICHMENT_BLOCKS",
@@ -154,7 +155,7 @@ BlockLike = Annotated[ContextBlock, BeforeValidator(_coerce_block)]
 """A :class:`ContextBlock`, a dict, or any object with the block's attributes."""
 
 
-class ResponseStyle(BaseModel):
+class ResponseStyle(DeferredModel):
     """Response-format hints passed through to the harness."""
 
     model_config = ConfigDict()
@@ -163,7 +164,7 @@ class ResponseStyle(BaseModel):
     max_answer_chars: int | None = None
 
 
-class InstructionOverlay(BaseModel):
+class InstructionOverlay(DeferredModel):
     """A developer-instruction overlay with an explicit id, source and priority."""
 
     model_config = ConfigDict(extra="forbid")
@@ -174,7 +175,7 @@ class InstructionOverlay(BaseModel):
     priority: Priority | None = None
 
 
-class AssistantIdentity(BaseModel):
+class AssistantIdentity(DeferredModel):
     """The product-owned identity floor of the assistant.
 
     ``base_prompt`` is the system prompt; at least one of it and ``developer_prompt`` must be
@@ -210,7 +211,7 @@ class AssistantIdentity(BaseModel):
         return data
 
 
-class TurnShaping(BaseModel):
+class TurnShaping(DeferredModel):
     """Turn-scoped shaping; its ``mode`` and ``response_style`` win over the identity's."""
 
     model_config = ConfigDict(extra="forbid")
@@ -221,7 +222,7 @@ class TurnShaping(BaseModel):
     expression_overrides: dict[str, str] = Field(default_factory=dict)
 
 
-class TurnSession(BaseModel):
+class TurnSession(DeferredModel):
     """Structured session continuity, rendered as one ``Session Context`` block."""
 
     model_config = ConfigDict(extra="forbid")
@@ -232,7 +233,7 @@ class TurnSession(BaseModel):
     conversational_momentum: Priority | None = None
 
 
-class Guardrail(BaseModel):
+class Guardrail(DeferredModel):
     """A guardrail rule; it becomes a guardrail segment of the developer prompt.
 
     ``kind`` ``tone_constraint`` / ``sensitivity_constraint`` also caps humor. The fields are
@@ -248,7 +249,7 @@ class Guardrail(BaseModel):
     kind: str | None = None
 
 
-class GuardrailInput(BaseModel):
+class GuardrailInput(DeferredModel):
     """The seed's guardrails shape, ``{"overlays": [<guardrail>, ...]}`` (``TurnGuardrailInput``).
 
     Wherever guardrails are taken, this model, a dict of it or a plain list of
@@ -279,7 +280,7 @@ Guardrails = Annotated[list[Guardrail], BeforeValidator(_coerce_guardrails)]
 """A list of :class:`Guardrail`, or the seed's ``{"overlays": [...]}``; stored as the list."""
 
 
-class EnrichmentCandidate(BaseModel):
+class EnrichmentCandidate(DeferredModel):
     """Pre-packaged backstage context (a specialist memo, a snapshot) offered for the turn."""
 
     model_config = ConfigDict()
@@ -292,7 +293,7 @@ class EnrichmentCandidate(BaseModel):
     importance: Priority | None = None
 
 
-class MemoryCandidate(BaseModel):
+class MemoryCandidate(DeferredModel):
     """A memory offered for the turn; the most relevant ten become ``memory-<id>`` blocks."""
 
     model_config = ConfigDict()
@@ -308,7 +309,7 @@ class MemoryCandidate(BaseModel):
 CandidateLike = Annotated[MemoryCandidate, BeforeValidator(_coerce_candidate)]
 
 
-class MemoryRetrievalInput(BaseModel):
+class MemoryRetrievalInput(DeferredModel):
     """What a memory retriever is asked: the turn, its session and the query text."""
 
     model_config = ConfigDict()
@@ -326,7 +327,7 @@ MemoryRetriever = Callable[[MemoryRetrievalInput], Awaitable[Iterable[Any]] | It
 """A sync or async callable returning memory candidates (models, dicts or objects)."""
 
 
-class MemoryInput(BaseModel):
+class MemoryInput(DeferredModel):
     """Memory for one turn: given ``candidates`` bypass any retriever."""
 
     model_config = ConfigDict(extra="forbid")
@@ -336,7 +337,7 @@ class MemoryInput(BaseModel):
     query: str | None = None
 
 
-class TurnContextInput(BaseModel):
+class TurnContextInput(DeferredModel):
     """The input of :meth:`TurnContextAssembler.assemble`.
 
     ``guardrails`` is a list of :class:`Guardrail` or the seed's ``{"overlays": [...]}``.
@@ -372,7 +373,7 @@ def _history_created_at(entry: Any) -> Any:
     return getattr(entry, "createdAt", None) if value is None else value
 
 
-class AssistantTurnInput(BaseModel):
+class AssistantTurnInput(DeferredModel):
     """The input of :func:`assemble_assistant_turn_context`.
 
     ``history`` holds oldest-first entries (turn_kit's ``TurnHistoryEntry``, dicts or objects
@@ -416,7 +417,7 @@ class AssistantTurnInput(BaseModel):
 # ─── Outputs ─────────────────────────────────────────────────────────────────
 
 
-class IdentityProjection(BaseModel):
+class IdentityProjection(DeferredModel):
     """A structural summary of the identity floor (not prompt text)."""
 
     model_config = ConfigDict()
@@ -426,7 +427,7 @@ class IdentityProjection(BaseModel):
     identity_summary: list[str]
 
 
-class InstructionSegment(BaseModel):
+class InstructionSegment(DeferredModel):
     """One instruction: ``kind`` says which prompt it belongs to."""
 
     model_config = ConfigDict()
@@ -438,7 +439,7 @@ class InstructionSegment(BaseModel):
     priority: Priority | None = "medium"
 
 
-class PreparedContext(BaseModel):
+class PreparedContext(DeferredModel):
     """The assembled context blocks (session, memory, enrichment, then provider blocks)."""
 
     model_config = ConfigDict()
@@ -447,7 +448,7 @@ class PreparedContext(BaseModel):
     structured: dict[str, Any] | None = None
 
 
-class TurnContextProvenance(BaseModel):
+class TurnContextProvenance(DeferredModel):
     """Which memory, enrichment and guardrail inputs the assembly used (or dropped)."""
 
     model_config = ConfigDict()
@@ -458,7 +459,7 @@ class TurnContextProvenance(BaseModel):
     dropped_enrichment_ids: list[str] | None = None
 
 
-class HarnessInstructions(BaseModel):
+class HarnessInstructions(DeferredModel):
     """The prompts a harness sends: ``system_prompt`` is ``''`` when there is none."""
 
     model_config = ConfigDict()
@@ -468,7 +469,7 @@ class HarnessInstructions(BaseModel):
     response_style: ResponseStyle | None = None
 
 
-class HarnessContextBlock(BaseModel):
+class HarnessContextBlock(DeferredModel):
     """A context block as the harness sees it: no category, no metadata."""
 
     model_config = ConfigDict()
@@ -480,7 +481,7 @@ class HarnessContextBlock(BaseModel):
     source: str | None = None
 
 
-class HarnessContext(BaseModel):
+class HarnessContext(DeferredModel):
     """The harness's context: blocks and optional structured data."""
 
     model_config = ConfigDict()
@@ -489,7 +490,7 @@ class HarnessContext(BaseModel):
     structured: dict[str, Any] | None = None
 
 
-class HarnessProjection(BaseModel):
+class HarnessProjection(DeferredModel):
     """Instructions and context in the harness's shape."""
 
     model_config = ConfigDict()
@@ -498,7 +499,7 @@ class HarnessProjection(BaseModel):
     context: HarnessContext
 
 
-class TurnContextAssembly(BaseModel):
+class TurnContextAssembly(DeferredModel):
     """The assembled turn: identity, expression, instructions, context, provenance, projection."""
 
     model_config = ConfigDict()

@@ -25,7 +25,6 @@ import uuid
 from collections.abc import Sequence
 
 import anyio
-import anyio.abc
 from pydantic import ValidationError
 
 from .._durable._journal import HandBack

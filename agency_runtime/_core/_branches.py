@@ -27,16 +27,17 @@ effects and messages) still refuse to hand it a wrong result.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
-import hashlib
 import logging
 import sys
 import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "Cursor",
@@ -83,16 +84,32 @@ _CURSOR: contextvars.ContextVar[Cursor | None] = contextvars.ContextVar(
 )
 
 
-_get_running_loop = asyncio._get_running_loop
-_asyncio_tasks: Any = getattr(asyncio.tasks, "_current_tasks", None)  # a dict on 3.11-3.13
+_asyncio: Any = None
+"""The asyncio module, once something imported it: looked up, never imported here (trio runs
+need none, and no asyncio loop can run before asyncio is imported)."""
+_asyncio_tasks: Any = None
+"""asyncio's dict of each loop's current task (3.11-3.13), read directly: the fast path."""
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, or ``None`` (also while asyncio is not imported at all)."""
+    global _asyncio, _asyncio_tasks
+    if _asyncio is None:
+        module = sys.modules.get("asyncio")
+        if module is None:
+            return None
+        _asyncio_tasks = getattr(module.tasks, "_current_tasks", None)
+        _asyncio = module
+    loop: asyncio.AbstractEventLoop | None = _asyncio._get_running_loop()
+    return loop
 
 
 def _current_task() -> int:
     """An identity for the running task (a thread's id outside any task)."""
-    loop = _get_running_loop()
+    loop = _running_loop()
     if loop is not None:
         task = (
-            _asyncio_tasks.get(loop) if _asyncio_tasks is not None else asyncio.current_task(loop)
+            _asyncio_tasks.get(loop) if _asyncio_tasks is not None else _asyncio.current_task(loop)
         )
         if task is not None:
             return id(task)
@@ -156,6 +173,8 @@ def _relative(cursor: Cursor, address: str) -> str:
             return current.branch + suffix
         if current.branch:
             # A task spawned inside a nested base: name that base too (without '/').
+            import hashlib  # on first use: it loads OpenSSL, which the import needs not
+
             marker = hashlib.blake2b(current.base.encode(), digest_size=3).hexdigest()
             suffix = f"[{marker}]{current.branch}{suffix}"
         current = current.parent
@@ -227,7 +246,7 @@ class _TaskFactory:
             if own is not None:
                 context.run(_CURSOR.set, own.spawn())
         if self.inner is None:
-            return asyncio.Task(coro, loop=loop, context=context, **kwargs)
+            return _asyncio.Task(coro, loop=loop, context=context, **kwargs)
         if context is None:
             return self.inner(loop, coro, **kwargs)
         return self.inner(loop, coro, context=context, **kwargs)
@@ -257,7 +276,7 @@ def _trio_instrument() -> Any:
 
 def install_spawn_hook() -> None:
     """Make sure tasks started from now on in this event loop get their own cursors."""
-    loop = asyncio._get_running_loop()
+    loop = _running_loop()
     if loop is not None:
         if not isinstance(loop.get_task_factory(), _TaskFactory):
             loop.set_task_factory(_TaskFactory(loop.get_task_factory()))

@@ -15,9 +15,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from .._errors import OutsideFrameError
+from .._types import DeferredModel
 from ._context import BranchState, RuntimeContext
 from ._threads import ThreadStore
 
@@ -38,7 +39,7 @@ Callsite = tuple[str, str, str]
 """``(module_id, scope_name, step_path)``: the cheap form frames carry."""
 
 
-class CallsiteLocation(BaseModel):
+class CallsiteLocation(DeferredModel):
     """Where the current step lives: module, scope name and step path."""
 
     model_config = ConfigDict(frozen=True)

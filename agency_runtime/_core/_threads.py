@@ -15,9 +15,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from .._errors import InvalidArgumentError
+from .._types import DeferredModel
 from ._branches import tick
 from ._changes import Change, recording, report_change
 from ._jsondata import check_text
@@ -42,7 +43,7 @@ THREAD_CHANGE_KINDS = frozenset({"new", "push", "queue", "take"})
 """The changes a thread reports (``apply_change`` replays them)."""
 
 
-class Message(BaseModel):
+class Message(DeferredModel):
     """One message of a thread. Immutable.
 
     An assistant message that called tools carries them in ``tool_calls`` (the OpenAI shape
@@ -72,7 +73,7 @@ class Message(BaseModel):
         return message
 
 
-class QueuedMessage(BaseModel):
+class QueuedMessage(DeferredModel):
     """A message waiting on its thread for the thread's next LLM request."""
 
     model_config = ConfigDict(frozen=True)
@@ -82,7 +83,7 @@ class QueuedMessage(BaseModel):
     label: str | None = None
 
 
-class MessageThread(BaseModel):
+class MessageThread(DeferredModel):
     """An ordered list of messages, plus messages queued for the next LLM request.
 
     :meth:`push` is the only way messages are appended, so everything that must observe new
@@ -203,7 +204,7 @@ def _check_content(content: object, what: str) -> None:
     )
 
 
-class ThreadInfo(BaseModel):
+class ThreadInfo(DeferredModel):
     """A summary of one thread, as listed by ``agency.threads.list()``."""
 
     model_config = ConfigDict()
@@ -218,7 +219,7 @@ class ThreadInfo(BaseModel):
     summary: str | None
 
 
-class ThreadStoreData(BaseModel):
+class ThreadStoreData(DeferredModel):
     """The JSON form of a :class:`ThreadStore` (its registry and its active stack)."""
 
     model_config = ConfigDict()
@@ -277,12 +278,12 @@ def normalize_thread_id(thread_id: str | int) -> str:
             f'a thread id is a string like "t3" or "3", got {type(thread_id).__name__}'
         )
     text = str(thread_id).strip()
-    if text.startswith("t") and _COUNTED_ID.match(text, 1):
+    if text.startswith("t") and re.compile(_COUNTED_ID).match(text, 1):
         return text[1:]
     return text
 
 
-_COUNTED_ID = re.compile(r"(?:\d+|[\d?\[][^:]*:\d+)\Z")
+_COUNTED_ID = r"(?:\d+|[\d?\[][^:]*:\d+)\Z"  # compiled (and cached by re) on first use
 """A counted thread id: ``"3"``, or a branch's ``"0.1:0"``."""
 
 

@@ -13,7 +13,6 @@ composition root (:mod:`agency_runtime._boundary._runtime`) owns it.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -39,7 +38,7 @@ __all__ = ["IMPORTS_ENV", "OWN_PACKAGES", "EntryRegistry", "location_ref"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,199}")
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,199}"  # compiled (and cached by re) on first use
 """An entry name: letters, digits, ``_ . - /``; no ``:``, so it never looks like a ref."""
 
 OWN_PACKAGES: tuple[str, ...] = ("agency_runtime", "turn_kit")
@@ -110,7 +109,7 @@ class EntryRegistry:
                 f"{fn!r:.80}"
             )
         if name is not None:
-            if not isinstance(name, str) or not _NAME.fullmatch(name):
+            if not isinstance(name, str) or not re.fullmatch(_NAME, name):
                 raise InvalidArgumentError(
                     f"an entry name must be 1-200 letters, digits, '_', '.', '-' or '/' (starting "
                     f"with a letter, digit or '_'; no ':'), got {name!r:.80}"
@@ -316,7 +315,7 @@ class EntryRegistry:
         imported: the module declaring it must be imported already.
         """
         module_name, sep, qualname = ref.rpartition(":")
-        if not sep and ref and _NAME.fullmatch(ref):
+        if not sep and ref and re.fullmatch(_NAME, ref):
             raise EntryNotAllowedError(
                 f"the stored run's entry is named {ref!r}, and no entry of that name is "
                 "declared in this process; import the module that declares it "
@@ -444,6 +443,8 @@ def _refuse_module(ref: str, module: str, why: str) -> EntryNotAllowedError:
 def _import_script(path: str) -> ModuleType:
     """Load the script ``path`` as a module (its ``if __name__ == "__main__"`` block does not
     run), once per process."""
+    import hashlib  # on first use: it loads OpenSSL, which importing agency_runtime needs not
+
     path = os.path.abspath(path)
     name = "_agency_entry_" + hashlib.blake2b(path.encode(), digest_size=8).hexdigest()
     existing = sys.modules.get(name)

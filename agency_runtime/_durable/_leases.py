@@ -7,17 +7,23 @@ waiting for the lease to expire. Holders on other machines can only expire.
 
 from __future__ import annotations
 
+import functools
 import os
-import socket
 
-__all__ = ["HOST", "holder_is_dead", "owner_id"]
+__all__ = ["holder_is_dead", "host", "owner_id"]
 
-HOST = socket.gethostname()
+
+@functools.cache
+def host() -> str:
+    """This machine's host name, as owner ids carry it (read once; socket loads on first use)."""
+    import socket
+
+    return socket.gethostname()
 
 
 def owner_id(nonce: str) -> str:
     """An owner id for this process: ``host:pid:nonce``."""
-    return f"{HOST}:{os.getpid()}:{nonce}"
+    return f"{host()}:{os.getpid()}:{nonce}"
 
 
 def holder_is_dead(owner: str | None) -> bool:
@@ -30,9 +36,9 @@ def holder_is_dead(owner: str | None) -> bool:
     """
     if owner is None:
         return False
-    host, _, rest = owner.partition(":")
+    host_name, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
-    if host != HOST or not pid_text.isdigit() or int(pid_text) == os.getpid():
+    if host_name != host() or not pid_text.isdigit() or int(pid_text) == os.getpid():
         return False
     pid = int(pid_text)
     try:

@@ -13,18 +13,21 @@ Inside a run every call is journaled when it completes: on replay it returns the
 answer without calling the provider and costs nothing more, while its spend still counts
 toward the guards. After the call a guard it pushed over its budget raises a resumable
 ``std::guard`` interrupt.
+
+The seam's shapes (:mod:`._provider`: requests, responses, stream events, tool calls) are
+imported by the functions that build or read them, so ``import agency_runtime`` does not load
+them: they are nine frozen dataclasses, whose generated methods cost ~7 ms to create.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import math
 import os
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError, create_model
@@ -45,27 +48,22 @@ from .._errors import (
     InvalidArgumentError,
     LLMCallError,
     NoModelError,
+    ProviderError,
     StepResultError,
     StructuredOutputError,
     ToolRoundsExceededError,
 )
 from .._guards import CostGuard, charge, gate
 from ._model import Model, resolve_model
-from ._provider import (
-    DEFAULT_TIMEOUT,
-    ChatRequest,
-    ChatResponse,
-    ProviderError,
-    StreamEnd,
-    TextDelta,
-    ToolCall,
-    Usage,
-)
 from ._registry import provider_for
 from ._tools import Tool, ValidationFailure, as_tools
 
+if TYPE_CHECKING:
+    import json
+
+    from ._provider import ChatResponse, ToolCall, Usage
+
 __all__ = [
-    "DEFAULT_TIMEOUT",
     "MAX_TOOL_ROUNDS",
     "bill",
     "llm",
@@ -451,6 +449,7 @@ async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
 
     if not call.tools:
         return await ask()
+    from ._provider import ToolCall
 
     def unit() -> Awaitable[tuple[str, list[ToolCall]]]:
         return journaled(
@@ -764,6 +763,8 @@ async def with_transient_retries(
 
 
 async def _request(call: _Call) -> ChatResponse:
+    from ._provider import DEFAULT_TIMEOUT, ChatRequest, ChatResponse, StreamEnd, TextDelta
+
     chosen, schema, timeout, max_tokens = call.model, call.schema, call.timeout, call.max_tokens
     model, secret = chosen.name, chosen.api_key
     provider = provider_for(chosen.model)
@@ -772,6 +773,8 @@ async def _request(call: _Call) -> ChatResponse:
     if schema is not None:
         output = _response_format(schema)
         if not await provider.supports_schema(chosen.model):
+            import json  # on first use (the json module is not needed to import agency_runtime)
+
             instruction = (
                 "Respond with only a JSON document matching this JSON schema: "
                 + json.dumps(output.model_json_schema())
@@ -842,10 +845,11 @@ async def _request(call: _Call) -> ChatResponse:
 
 # -- tolerant parsing -----------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```(?:[A-Za-z]+)?\s*\n?(.*?)```", re.DOTALL)
+_FENCE = r"```(?:[A-Za-z]+)?\s*\n?(.*?)```"  # patterns: compiled (and cached by re) on first use
 _ENVELOPES = ("data", "result", "output", "response", "answer", "value")
-_OPENERS = re.compile(r"[\[{]")
-_DECODER = json.JSONDecoder()
+_OPENERS = r"[\[{]"
+_DECODER: json.JSONDecoder | None = None
+"""Scans a text for JSON values (``raw_decode``): made on first use, with the json module."""
 _MAX_STARTS = 32
 """At most this many ``{``/``[`` positions of one text are tried as the start of a JSON value.
 
@@ -864,6 +868,10 @@ def _values_in(text: str) -> tuple[list[Any], bool]:
     that starts at a ``{`` or ``[`` and parses completely, scanning on after its end. Trailing
     text after a value (``{"a": 1}}``, ``{"a": 1} (hope that helps :})``) is ignored.
     """
+    import json  # on first use (the json module is not needed to import agency_runtime)
+
+    decoder = _decoder()
+    openers = re.compile(_OPENERS)
     too_deep = False
     try:
         return [json.loads(text)], False
@@ -874,11 +882,11 @@ def _values_in(text: str) -> tuple[list[Any], bool]:
     values: list[Any] = []
     position = 0
     for _ in range(_MAX_STARTS):
-        opener = _OPENERS.search(text, position)
+        opener = openers.search(text, position)
         if opener is None:
             break
         try:
-            value, end = _DECODER.raw_decode(text, opener.start())
+            value, end = decoder.raw_decode(text, opener.start())
         except RecursionError:
             too_deep = True
             position = opener.start() + 1
@@ -890,6 +898,15 @@ def _values_in(text: str) -> tuple[list[Any], bool]:
     return values, too_deep
 
 
+def _decoder() -> json.JSONDecoder:
+    global _DECODER
+    if _DECODER is None:
+        import json
+
+        _DECODER = json.JSONDecoder()
+    return _DECODER
+
+
 def _json_values(text: str) -> list[Any]:
     """The JSON values of a model's answer, the first complete one first.
 
@@ -897,7 +914,7 @@ def _json_values(text: str) -> list[Any]:
     :class:`_NoJSONError` (a ``ValueError``) when there is none.
     """
     stripped = text.strip()
-    fence = _FENCE.search(stripped)
+    fence = re.search(_FENCE, stripped, re.DOTALL)
     too_deep = False
     for candidate in (fence.group(1).strip(), stripped) if fence else (stripped,):
         values, deep = _values_in(candidate)

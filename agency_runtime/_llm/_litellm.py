@@ -26,7 +26,6 @@ JSON text).
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import math
 import os
@@ -254,6 +253,8 @@ def _arguments_text(arguments: Any) -> str:
         return ""
     if isinstance(arguments, str):
         return arguments
+    import json  # on first use (the json module is not needed to import agency_runtime)
+
     try:
         return json.dumps(arguments)
     except (TypeError, ValueError):

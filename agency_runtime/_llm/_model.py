@@ -23,15 +23,18 @@ import math
 import threading
 from collections.abc import Iterator, Mapping
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from .._core._jsondata import check_text, json_problem
 from .._core._money import PICO_PER_USD
 from .._errors import InvalidArgumentError
-from ._provider import Usage
+from .._types import DeferredModel
+
+if TYPE_CHECKING:
+    from ._provider import Usage
 
 __all__ = [
     "MODELS",
@@ -166,7 +169,7 @@ def _options_problem(options: object) -> str | None:
     return None
 
 
-class Model(BaseModel):
+class Model(DeferredModel):
     """A model to call, with what each request to it carries.
 
     ``model`` is the provider's model string (``"openai/llama-3"``, ``"fake/echo"``);

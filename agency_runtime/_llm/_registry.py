@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import importlib
 import threading
+from typing import TYPE_CHECKING
 
 from .._errors import InvalidArgumentError
 from ._model import Model
-from ._provider import ChatProvider
+
+if TYPE_CHECKING:
+    from ._provider import ChatProvider
 
 __all__ = [
     "PROVIDERS",
@@ -51,6 +54,8 @@ class ProviderRegistry:
                 "a provider prefix is the model string's part before '/', e.g. 'fake'; "
                 f"got {prefix!r}"
             )
+        from ._provider import ChatProvider  # the seam's shapes load with their first use
+
         if not isinstance(provider, ChatProvider):
             raise InvalidArgumentError(
                 "provider must implement ChatProvider (complete, stream, embed, "

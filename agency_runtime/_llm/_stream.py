@@ -23,15 +23,17 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.abc
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._core._frame import current_frame
 from .._errors import InvalidArgumentError
 from ._chat import llm
+
+if TYPE_CHECKING:  # anyio loads its streams with the first stream (~10 ms otherwise)
+    import anyio.abc
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = ["LLMStream", "llm_stream"]
 

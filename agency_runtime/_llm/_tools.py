@@ -14,20 +14,21 @@ import inspect
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from .._errors import InvalidArgumentError
-from ._provider import ToolSpec
+
+if TYPE_CHECKING:
+    from ._provider import ToolSpec
 
 __all__ = ["Tool", "as_tools", "tool"]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_SECTION = re.compile(
-    r"^\s*(Args|Arguments|Parameters|Returns?|Raises|Yields|Examples?|Notes?):\s*$"
-)
-_ARG = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+# Patterns, compiled (and cached by re) on first use:
+_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+_SECTION = r"^\s*(Args|Arguments|Parameters|Returns?|Raises|Yields|Examples?|Notes?):\s*$"
+_ARG = r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +63,14 @@ def _described(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     section: str | None = None
     current: str | None = None
     for line in doc.splitlines():
-        header = _SECTION.match(line)
+        header = re.match(_SECTION, line)
         if header:
             section, current = header.group(1).lower(), None
             continue
         if section is None:
             summary.append(line)
         elif section in ("args", "arguments", "parameters"):
-            arg = _ARG.match(line)
+            arg = re.match(_ARG, line)
             if arg and not line.startswith((" " * 8, "\t\t")):
                 current = arg.group(1).lstrip("*")
                 params[current] = arg.group(2).strip()
@@ -129,7 +130,7 @@ def _make(
     if not callable(fn):
         raise InvalidArgumentError(f"a tool must be a function, got {type(fn).__name__}")
     chosen = name if name is not None else getattr(fn, "__name__", "")
-    if not isinstance(chosen, str) or not _NAME.match(chosen):
+    if not isinstance(chosen, str) or not re.match(_NAME, chosen):
         raise InvalidArgumentError(
             f"a tool's name must be 1 to 64 letters, digits, '_' or '-' (providers require it), "
             f"got {chosen!r}; pass name="
@@ -141,6 +142,8 @@ def _make(
     arguments = _arguments_model(fn, chosen)
     schema = arguments.model_json_schema()
     schema.pop("title", None)
+    from ._provider import ToolSpec  # the seam's shapes load with their first use
+
     return Tool(
         fn=fn,
         name=chosen,

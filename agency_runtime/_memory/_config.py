@@ -10,7 +10,7 @@ import os
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import ConfigDict, ValidationError, field_validator
 
 from .._errors import (
     AgencyError,
@@ -18,6 +18,7 @@ from .._errors import (
     LLMCallError,
     StructuredOutputError,
 )
+from .._types import DeferredModel
 
 __all__ = [
     "CONTEXT_LIMIT",
@@ -92,7 +93,7 @@ STOP_WORDS: frozenset[str] = frozenset(
 # -- configuration --------------------------------------------------------------------------------
 
 
-class MemoryConfig(BaseModel):
+class MemoryConfig(DeferredModel):
     """How ``agency.memory.enable`` stores and searches memory.
 
     * ``dir``: keep the graph in plain files ``<dir>/<memory id>/graph.json`` (and

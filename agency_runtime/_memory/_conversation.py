@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, ConfigDict, Field
 
 from .._clock import SYSTEM_CLOCK, Clock
 from .._core._frame import current_frame_maybe, position_of
@@ -40,7 +40,7 @@ from .._durable._journal import journal_of
 from .._errors import AgencyError, InvalidArgumentError, StoreError
 from .._store import Store
 from .._store._url import resolve_store
-from .._types import MemoryRecord
+from .._types import DeferredModel, MemoryRecord
 
 __all__ = ["ConversationMemory", "MemoryItem", "SaveReceipt"]
 
@@ -55,7 +55,7 @@ MAX_RECALL_LIMIT = 100_000
 _MAX_PURGE_ENTRIES = 64  # stores remembered for purge throttling before forgetting them all
 
 
-class SaveReceipt(BaseModel):
+class SaveReceipt(DeferredModel):
     """The confirmation of a saved item: its id (what turn_kit calls the receipt)."""
 
     model_config = ConfigDict()
@@ -63,7 +63,7 @@ class SaveReceipt(BaseModel):
     id: str = Field(description="The id of the stored item, e.g. 'mem_3f2a…'.")
 
 
-class MemoryItem(BaseModel):
+class MemoryItem(DeferredModel):
     """One recalled item of conversation memory."""
 
     model_config = ConfigDict()

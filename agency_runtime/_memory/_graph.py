@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from .._types import DeferredModel
 from ._config import RECALL_K
 
 __all__ = ["Entity", "Graph", "Observation", "Relation"]
 
 
-class Observation(BaseModel):
+class Observation(DeferredModel):
     """One fact about an entity; live while ``valid_to`` is ``None``."""
 
     model_config = ConfigDict()
@@ -36,7 +37,7 @@ class Observation(BaseModel):
         return self.valid_to is None
 
 
-class Entity(BaseModel):
+class Entity(DeferredModel):
     """Something memory knows about: a name, a type and observations."""
 
     model_config = ConfigDict()
@@ -53,7 +54,7 @@ class Entity(BaseModel):
         return [o for o in self.observations if o.valid_to is None]
 
 
-class Relation(BaseModel):
+class Relation(DeferredModel):
     """A typed, directed link between two entities; live while ``valid_to`` is ``None``."""
 
     model_config = ConfigDict()
@@ -67,7 +68,7 @@ class Relation(BaseModel):
     valid_to: str | None = None
 
 
-class Graph(BaseModel):
+class Graph(DeferredModel):
     """A memory's entities and relations. Ids ``entity-N``, ``obs-N`` and ``rel-N`` come
     from one counter, ``next_id``. Times are ISO 8601 strings in UTC."""
 

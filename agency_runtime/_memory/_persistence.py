@@ -17,13 +17,13 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from .._core._frame import Frame
 from .._errors import StoreError
 from .._locks import lock as named_lock
 from .._store import Store
-from .._types import MemoryRecord
+from .._types import DeferredModel, MemoryRecord
 from ._config import MemoryConfig
 from ._graph import Entity, Graph, Observation
 from ._state import MemoryState, _state
@@ -33,7 +33,7 @@ __all__ = ["EmbeddingEntry", "EmbeddingIndex"]
 logger = logging.getLogger("agency_runtime.memory")
 
 
-class EmbeddingEntry(BaseModel):
+class EmbeddingEntry(DeferredModel):
     """The cached vector of one entity, with a digest of the text it was computed from."""
 
     model_config = ConfigDict()
@@ -43,7 +43,7 @@ class EmbeddingEntry(BaseModel):
     vector: list[float]
 
 
-class EmbeddingIndex(BaseModel):
+class EmbeddingIndex(DeferredModel):
     """The ``embeddings`` document of a memory: one vector per entity, for one model."""
 
     model_config = ConfigDict()

@@ -3,8 +3,9 @@ of their answers (:class:`Extraction`, :class:`RecallFilter`, :class:`ForgetPlan
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from .._types import DeferredModel
 from ._graph import Entity, Graph, _block, _facts
 
 __all__ = [
@@ -20,7 +21,7 @@ __all__ = [
 # -- what the model is asked for ------------------------------------------------------------------
 
 
-class ExtractedEntity(BaseModel):
+class ExtractedEntity(DeferredModel):
     """An entity named in the remembered content, with new facts about it."""
 
     name: str
@@ -28,7 +29,7 @@ class ExtractedEntity(BaseModel):
     observations: list[str] = Field(default_factory=list)
 
 
-class ExtractedRelation(BaseModel):
+class ExtractedRelation(DeferredModel):
     """A relation between two entities, by name."""
 
     from_name: str
@@ -36,14 +37,14 @@ class ExtractedRelation(BaseModel):
     type: str
 
 
-class Expiration(BaseModel):
+class Expiration(DeferredModel):
     """A remembered fact that no longer holds: the entity's name and the fact's text."""
 
     entity: str
     observation: str
 
 
-class Extraction(BaseModel):
+class Extraction(DeferredModel):
     """What ``remember`` asks the model to extract from the content."""
 
     entities: list[ExtractedEntity] = Field(default_factory=list)
@@ -51,13 +52,13 @@ class Extraction(BaseModel):
     expirations: list[Expiration] = Field(default_factory=list)
 
 
-class RecallFilter(BaseModel):
+class RecallFilter(DeferredModel):
     """The answer of ``recall``'s LLM filter: the ids of the relevant entities."""
 
     ids: list[str] = Field(default_factory=list)
 
 
-class ForgetPlan(BaseModel):
+class ForgetPlan(DeferredModel):
     """What ``forget`` asks the model for: the facts (and relations) to expire."""
 
     expirations: list[Expiration] = Field(default_factory=list)

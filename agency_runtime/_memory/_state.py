@@ -6,14 +6,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from .._core._context import RuntimeContext, Slot
 from .._durable._journal import journal_of
 from .._errors import InvalidArgumentError
-from .._store import MemoryStore
 from ._config import DEFAULT_MEMORY_ID, MemoryConfig
+
+if TYPE_CHECKING:
+    from .._store import MemoryStore
 
 __all__ = ["MEMORY_STATE", "MemoryFrame", "MemoryState"]
 
@@ -50,6 +53,8 @@ class MemoryState:
     def fallback_store(self) -> MemoryStore:
         """The in-process store used when the frame belongs to no run (unit tests)."""
         if self._store is None:
+            from .._store import MemoryStore
+
             self._store = MemoryStore()
         return self._store
 

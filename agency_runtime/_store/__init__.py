@@ -10,9 +10,10 @@
 * :mod:`._url` — store URLs and the process's open stores.
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from .._types import Claim, RunRecord
-from ._memory import MemoryStore
-from ._postgres import PostgresStore
 from ._protocols import (
     DocumentStore,
     EventLog,
@@ -23,8 +24,35 @@ from ._protocols import (
     ScheduleTable,
     Store,
 )
-from ._sqlite import SCHEMA_VERSION, SqliteStore
 from ._url import DEFAULT_STORE_URL, open_store, resolve_store
+
+if TYPE_CHECKING:
+    from ._memory import MemoryStore
+    from ._postgres import PostgresStore
+    from ._sqlite import SCHEMA_VERSION, SqliteStore
+
+_BACKENDS = {
+    "MemoryStore": "._memory",
+    "PostgresStore": "._postgres",
+    "SCHEMA_VERSION": "._sqlite",
+    "SqliteStore": "._sqlite",
+}
+"""The backends, imported when first named (a store URL names one, or code does): a process
+that only uses SQLite never loads the PostgreSQL store, and ``import agency_runtime`` none."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _BACKENDS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_BACKENDS))
+
 
 __all__ = [
     "DEFAULT_STORE_URL",

@@ -19,14 +19,12 @@ server's clock.
 from __future__ import annotations
 
 import math
-import re
 import threading
 import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import anyio.to_thread
 from pydantic_core import from_json, to_json
@@ -74,6 +72,7 @@ from ._rules import (
     queued_record,
     text_tokens,
 )
+from ._url import redact
 from ._wakeups import Wakeups
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ if TYPE_CHECKING:
 
     Conn = psycopg.Connection[tuple[Any, ...]]
 
-__all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redact"]
+__all__ = ["PG_SCHEMA_VERSION", "PostgresStore"]
 
 PG_SCHEMA_VERSION = SCHEMA_VERSION
 """The PostgreSQL schema version this agency-runtime writes."""
@@ -110,24 +109,6 @@ CHECK_IDLE_SECONDS = 5.0
 """Attempts of one operation when PostgreSQL aborts it for a deadlock or serialization."""
 
 T = TypeVar("T")
-
-
-def redact(url: str) -> str:
-    """``url`` (or a ``key=value`` conninfo) with its password replaced by ``***``."""
-    if "://" not in url:
-        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{host}"
-    query = "&".join(
-        f"{key}={'***' if key.lower() == 'password' else value}"
-        for key, value in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _import_psycopg() -> None:

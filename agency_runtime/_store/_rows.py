@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, TypeAdapter
 
 from .._errors import StoreError
 from .._types import (
@@ -50,8 +50,9 @@ SCHEDULE_COLUMNS = (
 )  # fmt: skip
 """A schedule row's columns, in the order the stores select them."""
 
-_INTERRUPTS = TypeAdapter(list[Interrupt])
-_NAMES = TypeAdapter(list[str])
+_DEFERRED = ConfigDict(defer_build=True)  # built on first use, not by the import
+_INTERRUPTS = TypeAdapter(list[Interrupt], config=_DEFERRED)
+_NAMES = TypeAdapter(list[str], config=_DEFERRED)
 
 
 def error_json(error: ErrorInfo | None) -> str | None:

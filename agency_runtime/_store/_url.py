@@ -17,18 +17,26 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from .._errors import InvalidArgumentError
-from ._memory import MemoryStore
-from ._postgres import PostgresStore, redact
 from ._protocols import Store
-from ._sqlite import SqliteStore, Synchronous
 
-__all__ = ["DEFAULT_STORE_URL", "STORES", "StoreRegistry", "open_store", "resolve_store"]
+if TYPE_CHECKING:
+    from ._sqlite import Synchronous
+
+__all__ = [
+    "DEFAULT_STORE_URL",
+    "STORES",
+    "StoreRegistry",
+    "open_store",
+    "redact",
+    "resolve_store",
+]
 
 DEFAULT_STORE_URL = "sqlite:///./.agency/agency.db"
 """The store used when neither ``store=`` nor ``AGENCY_STORE`` says otherwise."""
@@ -37,6 +45,10 @@ _SCHEMES = (
     "sqlite:///path.db, sqlite:////absolute/path.db, memory://, memory://NAME or "
     "postgresql://user:password@host/database"
 )
+
+
+_STORE_TYPES: set[type] = set()
+"""The classes whose instances passed the (slow) :class:`Store` protocol check once."""
 
 
 class StoreRegistry:
@@ -56,9 +68,10 @@ class StoreRegistry:
             store = os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
         if isinstance(store, str):
             return self.open(store)
-        if type(store) in (MemoryStore, SqliteStore):  # the common case: no protocol check
+        if type(store) in _STORE_TYPES:  # the common case: no second protocol check
             return store
         if isinstance(store, Store):
+            _STORE_TYPES.add(type(store))
             return store
         raise InvalidArgumentError(
             f"store must be a URL string ({_SCHEMES}) or a Store instance, "
@@ -156,6 +169,8 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
 def _create(url: str, key: str) -> Store:
     scheme, path, options = _parse(url)
     if scheme == "memory":
+        from ._memory import MemoryStore
+
         return MemoryStore.named(path)
     if scheme == "postgresql":
         return _postgres(url, options)
@@ -177,8 +192,10 @@ def _create(url: str, key: str) -> Store:
             "0 or more (at most 86400)"
         )
     file = path if path == ":memory:" else str(Path(path).expanduser().resolve())
+    from ._sqlite import SqliteStore  # the backends load when a URL first names them
+
     return SqliteStore(
-        file, synchronous=cast(Synchronous, synchronous), busy_timeout=busy_timeout, url=url
+        file, synchronous=cast("Synchronous", synchronous), busy_timeout=busy_timeout, url=url
     )
 
 
@@ -202,4 +219,24 @@ def _postgres(url: str, options: dict[str, str]) -> Store:
             )
     dsn = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(rest), ""))
     schema = options.get("schema", "agency")
+    from ._postgres import PostgresStore
+
     return PostgresStore(dsn, schema=schema, connect_timeout=timeout, url=url)
+
+
+def redact(url: str) -> str:
+    """``url`` (or a ``key=value`` conninfo) with its password replaced by ``***``."""
+    if "://" not in url:
+        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            userinfo = userinfo.split(":", 1)[0] + ":***"
+        netloc = f"{userinfo}@{host}"
+    query = "&".join(
+        f"{key}={'***' if key.lower() == 'password' else value}"
+        for key, value in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -9,8 +9,8 @@ ring or after its timeout, whichever is first.
 
 from __future__ import annotations
 
-import asyncio
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -24,26 +24,27 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiters: list[tuple[Any, anyio.Event]] = []
+        self._waiters: list[tuple[Callable[[Callable[[], object]], object], anyio.Event]] = []
 
     def ring(self) -> None:
         """Wake every waiting task (without blocking: each loop sets its event itself)."""
         with self._lock:
             waiters, self._waiters = self._waiters, []
-        for native, event in waiters:
+        for soon, event in waiters:
             try:
-                if isinstance(native, asyncio.AbstractEventLoop):
-                    native.call_soon_threadsafe(event.set)
-                else:  # a trio token
-                    native.run_sync_soon(event.set)
+                soon(event.set)
             except Exception:  # that loop has ended: nobody waits there any more
                 pass
 
     async def wait(self, timeout: float) -> None:
         """Return on the next :meth:`ring`, or after ``timeout`` seconds (real time)."""
         event = anyio.Event()
-        native = anyio.lowlevel.current_token().native_token
-        entry = (native, event)
+        native: Any = anyio.lowlevel.current_token().native_token
+        # How another thread hands the waiter's loop a call: an asyncio loop's
+        # call_soon_threadsafe, a trio token's run_sync_soon (told apart without importing
+        # asyncio, which a trio program never needs).
+        soon = getattr(native, "call_soon_threadsafe", None) or native.run_sync_soon
+        entry = (soon, event)
         with self._lock:
             self._waiters.append(entry)
         try:

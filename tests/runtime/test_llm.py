@@ -13,6 +13,7 @@ import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import agency_runtime._llm._chat as llm_module
+import agency_runtime._llm._provider as provider_module
 from agency_runtime import (
     AgencyError,
     GuardExceededError,
@@ -476,7 +477,7 @@ async def test_both_paths_bill_the_same_cost_and_tokens(via_litellm: bool) -> No
         assert agency.ctx().tokens == 6
     (request,) = fake.calls
     assert request.messages == [{"role": "user", "content": "hello world"}]
-    assert request.timeout == llm_module.DEFAULT_TIMEOUT
+    assert request.timeout == provider_module.DEFAULT_TIMEOUT
 
 
 @PATHS
@@ -832,7 +833,7 @@ class TestParseStructuredFirstCompleteValue:
         self, reply: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         starts: list[int] = []
-        decoder = llm_module._DECODER
+        decoder = llm_module._decoder()
 
         class Counting:
             def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:
@@ -854,7 +855,7 @@ class TestParseStructuredFirstCompleteValue:
         # fails: trying every one would scan the text 500 times; the starts tried are bounded.
         reply = "[" * 500 + "1," * 200_000
         starts: list[int] = []
-        decoder = llm_module._DECODER
+        decoder = llm_module._decoder()
 
         class Counting:
             def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:

@@ -547,7 +547,7 @@ async def test_global_lock_outside_a_run_needs_a_store(store: Store) -> None:
             await with_lock("x", lambda: None, scope="global")
         async with lock("x", scope="global", store=store) as held:
             assert held.scope == "global"
-            assert held.owner == f"{_leases.HOST}:{os.getpid()}:{anyio.get_current_task().id}"
+            assert held.owner == f"{_leases.host()}:{os.getpid()}:{anyio.get_current_task().id}"
         assert await with_lock("x", lambda: 7, scope="global", store="memory://locks") == 7
 
 
@@ -682,7 +682,7 @@ async def test_global_timeout_and_cancellation_free_the_ticket(
     messages = [r.getMessage() for r in caplog.records if r.name == "agency_runtime.locks"]
     assert messages == [
         "Still waiting for lock 'x' after 0.02s (waiter "
-        f"{_leases.HOST}:{os.getpid()}:{anyio.get_current_task().id}, current owner holder)"
+        f"{_leases.host()}:{os.getpid()}:{anyio.get_current_task().id}, current owner holder)"
     ]
 
 

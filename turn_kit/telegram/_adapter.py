@@ -56,7 +56,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from agency_runtime import (
     InvalidArgumentError,
@@ -73,7 +73,7 @@ from .._errors import TurnKitError
 from .._history import TurnMemoryOptions
 from .._identity import conversation_key, js_trim
 from .._runner import TurnArgs, TurnResult, create_turn_runner
-from .._util import field, maybe_await
+from .._util import DeferredModel, field, maybe_await
 from ._parse import (
     TelegramMessage,
     bare_telegram_chat_id,
@@ -121,7 +121,7 @@ def given_up(record: RunRecord | None) -> bool:
     return record.status == "failed" and record.attempts >= MAX_ATTEMPTS
 
 
-class TelegramHandleResult(BaseModel):
+class TelegramHandleResult(DeferredModel):
     """The outcome of ``handle``: handled (with the turn's result) or skipped (with why)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from agency_runtime import InvalidArgumentError
 
 from .._identity import _JS_WHITESPACE, js_trim
+from .._util import DeferredModel
 
 __all__ = [
     "TelegramKind",
@@ -39,7 +40,7 @@ _RAW_KINDS: tuple[TelegramKind, ...] = (
 )
 
 
-class TelegramMessage(BaseModel):
+class TelegramMessage(DeferredModel):
     """One inbound Telegram message, as the adapter sees it.
 
     ``chat_id`` keeps any ``__title`` suffix of the normalised envelope (compare chats with

@@ -32,12 +32,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from agency_runtime import InvalidArgumentError
 
 from .._errors import TurnKitError
-from .._util import field, maybe_await
+from .._util import DeferredModel, field, maybe_await
 from ._parse import bare_telegram_chat_id, chunk_telegram_text
 from ._redact import install_token_redaction, scrub_exception, scrub_text
 
@@ -69,7 +69,7 @@ _DETAIL_CAP = 240
 _sleep = anyio.sleep
 
 
-class TelegramSendResult(BaseModel):
+class TelegramSendResult(DeferredModel):
     """One ``sendMessage``'s receipt.
 
     ``unknown`` is true when the send timed out after the request went out: the message may
@@ -730,7 +730,7 @@ def cloud_telegram_transport_from_env(
 # -- chunked send ------------------------------------------------------------------------------
 
 
-class TelegramDelivery(BaseModel):
+class TelegramDelivery(DeferredModel):
     """What a chunked send returns: the chat and every chunk's message id."""
 
     model_config = ConfigDict()
