@@ -435,14 +435,7 @@ async def _answer(call: _Call, watch: _observe.ChatWatch | None) -> tuple[str, l
     calls = list(response.tool_calls)
     if calls:
         call.thread.push(
-            Message.model_construct(
-                role="assistant",
-                content=response.text,
-                label=None,
-                tool_calls=[c.to_openai() for c in calls],
-                tool_call_id=None,
-                name=None,
-            )
+            Message.trusted("assistant", response.text, tool_calls=[c.to_openai() for c in calls])
         )
     else:
         call.thread.add("assistant", response.text)
@@ -524,16 +517,7 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
         replayed = path in journal_of(call.frame.ctx).entries
         with obs.tool(name, tool_call.id, path, replayed) as watch:
             content = await unit()
-    call.thread.push(
-        Message.model_construct(
-            role="tool",
-            content=content,
-            label=None,
-            tool_calls=None,
-            tool_call_id=tool_call.id,
-            name=name,
-        )
-    )
+    call.thread.push(Message.trusted("tool", content, tool_call_id=tool_call.id, name=name))
 
 
 def from_json_safe(text: str) -> Any:
