@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from .._errors import InvalidArgumentError
 from ._branches import tick
-from ._changes import Change, recording, report_change
+from ._changes import CHANGES, Change, recording, report_change
 from ._jsondata import check_text
 
 __all__ = [
@@ -172,8 +172,9 @@ class MessageThread(BaseModel):
         if label is not None:
             message = message.model_copy(update={"label": label})
         self.messages.append(message)
-        if recording():
-            report_change(["push", self.id, message.changed()])
+        recorder = CHANGES.get()  # recording() and report_change(), with one look
+        if recorder is not None and recorder.changes is not None:
+            recorder.changes.append(["push", self.id, message.changed()])
 
     def add(self, role: Role, content: MessageContent, label: str | None = None) -> Message:
         """Build a message from ``role`` and ``content``, push it and return it."""

@@ -276,7 +276,8 @@ async def llm(
             value, text = await unit(False)
     if replayed and on_token is not None and text:
         await _emit(on_token, text)  # a replay streams the recorded answer in one piece
-    await gate(frame)
+    if frame.stack.guards:  # (gate looks at nothing else)
+        await gate(frame)
     return value
 
 
@@ -334,6 +335,8 @@ class _Call:
 
 
 def _deliver_queued(thread: MessageThread) -> None:
+    if not thread.queued_messages:  # the common case: take nothing, report nothing
+        return
     for queued in thread.take_queued():
         thread.add(queued.role, queued.content, queued.label)
 
@@ -391,6 +394,8 @@ async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
     observer sees each request as a chat (the round's own step would only repeat it), and a
     replayed round as a replayed chat.
     """
+    if not call.tools and _observe.OBSERVER is None:
+        return await _answer(call, None)  # the common case: no round unit, nobody watching
     path = f"{call.path}/round#{turn}" if call.tools else call.path
 
     async def ask() -> tuple[str, list[ToolCall]]:
@@ -719,7 +724,7 @@ async def _request(call: _Call) -> ChatResponse:
         timeout=DEFAULT_TIMEOUT if timeout is None else float(timeout),
         max_tokens=max_tokens,
         response_format=output,
-        tools=tuple(tool.spec for tool in call.tools.values()),
+        tools=tuple(tool.spec for tool in call.tools.values()) if call.tools else (),
         api_base=chosen.api_base,
         api_key=secret,
         params=chosen.params,
