@@ -155,6 +155,7 @@ class MessageThread(BaseModel):
 
     _llm_source: list[Message] | None = PrivateAttr(default=None)
     _llm_built: list[dict[str, Any]] | None = PrivateAttr(default=None)
+    _llm_checked: list[dict[str, Any]] | None = PrivateAttr(default=None)
     _llm_last: Message | None = PrivateAttr(default=None)
 
     @property
@@ -223,10 +224,27 @@ class MessageThread(BaseModel):
         return queued
 
     def to_llm_messages(self) -> list[dict[str, Any]]:
-        """The thread as the ``messages`` list an LLM provider expects (fresh dicts).
+        """The thread as the ``messages`` list an LLM provider expects (fresh dicts)."""
+        return list(map(dict.copy, self._llm_dicts()))
 
-        Dicts of messages seen before are kept and copied, so a long thread costs little
-        per call; the cache starts over whenever the list was replaced or shrunk.
+    def request_messages(self) -> list[dict[str, Any]]:
+        """:meth:`to_llm_messages` for a provider request: a fresh list of the thread's own
+        provider dicts, not copies of them (a long thread would copy hundreds per call).
+
+        A provider must not change them (:attr:`ChatRequest.messages
+        <agency_runtime._llm._provider.ChatRequest.messages>`); should one change one anyway,
+        the next call notices and builds them again, so the change never reaches a later
+        request.
+        """
+        return list(self._llm_dicts())
+
+    def _llm_dicts(self) -> list[dict[str, Any]]:
+        """The provider dicts of the thread's messages, kept between calls.
+
+        Each message's dict is built once, with a private copy to check it against: the
+        cache starts over when the messages were replaced, shrunk or their last one swapped,
+        or when a dict no longer equals its copy (someone changed it). The check is one
+        comparison of two lists, without building anything.
         """
         messages = self.messages
         # The cache is read from pydantic's dict of private attributes at once: reading
@@ -242,14 +260,18 @@ class MessageThread(BaseModel):
             or cache.get("_llm_source") is not messages
             or count > len(messages)
             or (count and messages[count - 1] is not cache.get("_llm_last"))
+            or built != cache.get("_llm_checked")
         ):
             built, count = [], 0
-            cache["_llm_source"], cache["_llm_built"] = messages, built
+            cache["_llm_source"], cache["_llm_built"], cache["_llm_checked"] = messages, built, []
+        checked: list[dict[str, Any]] = cache["_llm_checked"]
         for message in messages[count:]:
-            built.append(message.to_llm())
+            item = message.to_llm()
+            built.append(item)
+            checked.append(item.copy())
         if messages:
             cache["_llm_last"] = messages[-1]
-        return list(map(dict.copy, built))
+        return built
 
 
 def _check_content(content: object, what: str) -> None:

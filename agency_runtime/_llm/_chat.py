@@ -707,7 +707,7 @@ async def _request(call: _Call) -> ChatResponse:
     chosen, schema, timeout, max_tokens = call.model, call.schema, call.timeout, call.max_tokens
     model, secret = chosen.name, chosen.api_key
     provider = provider_for(chosen.model)
-    messages = call.thread.to_llm_messages()
+    messages = call.thread.request_messages()
     output: type[BaseModel] | None = None
     if schema is not None:
         output = _response_format(schema)
