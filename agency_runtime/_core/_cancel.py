@@ -8,8 +8,8 @@ fires when its time is up. Code can poll it, await it or subscribe to it, and
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -161,15 +161,37 @@ async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
             group.start_soon(one, wait)
 
 
-@contextmanager
-def cancelled_by(signal: AbortSignal) -> Iterator[anyio.CancelScope]:
-    """A cancel scope that is cancelled when ``signal`` fires (also if it fired already)."""
-    with anyio.CancelScope() as scope:
-        unsubscribe = signal.add_callback(lambda _reason: scope.cancel())
+class cancelled_by:  # lower case: it is used like the function it was
+    """A cancel scope that is cancelled when ``signal`` fires (also if it fired already).
+
+    A class rather than a generator-based context manager: every LLM request opens one.
+    """
+
+    __slots__ = ("_scope", "_signal", "_unsubscribe")
+
+    def __init__(self, signal: AbortSignal) -> None:
+        self._signal = signal
+        self._scope = anyio.CancelScope()
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def __enter__(self) -> anyio.CancelScope:
+        scope = self._scope.__enter__()
+        self._unsubscribe = self._signal.add_callback(lambda _reason: scope.cancel())
+        return scope
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        unsubscribe, self._unsubscribe = self._unsubscribe, None
         try:
-            yield scope
+            if unsubscribe is not None:
+                unsubscribe()
         finally:
-            unsubscribe()
+            suppressed = self._scope.__exit__(kind, error, traceback)
+        return bool(suppressed)
 
 
 def abort_reason(signal: AbortSignal) -> BaseException:

@@ -18,9 +18,9 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from .._errors import InvalidArgumentError
-from .._types import DeferredModel
+from .._types import DeferredModel, complete
 from ._branches import tick
-from ._changes import Change, recording, report_change
+from ._changes import CHANGES, Change, recording, report_change
 from ._jsondata import check_text
 
 __all__ = [
@@ -61,6 +61,55 @@ class Message(DeferredModel):
     tool_call_id: str | None = None
     name: str | None = None
 
+    @classmethod
+    def trusted(
+        cls,
+        role: Role,
+        content: MessageContent,
+        label: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+    ) -> Message:
+        """A message of values this package built or checked itself, without validation.
+
+        What ``model_construct`` does for a complete set of fields, several times faster:
+        each LLM call puts two messages on its thread.
+        """
+        if not cls.__pydantic_complete__:  # no instance of an unbuilt class (DeferredModel)
+            complete(cls)
+        message = cls.__new__(cls)
+        _set(
+            message,
+            "__dict__",
+            {
+                "role": role,
+                "content": content,
+                "label": label,
+                "tool_calls": tool_calls,
+                "tool_call_id": tool_call_id,
+                "name": name,
+            },
+        )
+        _set(message, "__pydantic_fields_set__", set(_MESSAGE_FIELDS))
+        _set(message, "__pydantic_extra__", None)
+        _set(message, "__pydantic_private__", None)
+        return message
+
+    def changed(self) -> dict[str, Any]:
+        """The message as a thread's ``push`` change records it: ``model_dump`` without the
+        fields left at their default (``None``); a text message's dict is built directly (it
+        is on every LLM call)."""
+        data = self.__dict__
+        if type(data["content"]) is not str or data["tool_calls"] is not None:
+            return self.model_dump(exclude_defaults=True)
+        change: dict[str, Any] = {"role": data["role"], "content": data["content"]}
+        for field in _TEXT_FIELDS:
+            value = data[field]
+            if value is not None:
+                change[field] = value
+        return change
+
     def to_llm(self) -> dict[str, Any]:
         """The ``{"role", "content"}`` dict (with tool fields when set) providers expect."""
         message: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -71,6 +120,12 @@ class Message(DeferredModel):
         if self.name is not None:
             message["name"] = self.name
         return message
+
+
+_set = object.__setattr__
+_MESSAGE_FIELDS: frozenset[str] = frozenset(Message.model_fields)
+_TEXT_FIELDS = ("label", "tool_call_id", "name")
+"""The optional fields of a message that are strings (or ``None``, their default)."""
 
 
 class QueuedMessage(DeferredModel):
@@ -103,6 +158,7 @@ class MessageThread(DeferredModel):
 
     _llm_source: list[Message] | None = PrivateAttr(default=None)
     _llm_built: list[dict[str, Any]] | None = PrivateAttr(default=None)
+    _llm_checked: list[dict[str, Any]] | None = PrivateAttr(default=None)
     _llm_last: Message | None = PrivateAttr(default=None)
 
     @property
@@ -120,15 +176,16 @@ class MessageThread(DeferredModel):
         if label is not None:
             message = message.model_copy(update={"label": label})
         self.messages.append(message)
-        if recording():
-            report_change(["push", self.id, message.model_dump(exclude_defaults=True)])
+        recorder = CHANGES.get()  # recording() and report_change(), with one look
+        if recorder is not None and recorder.changes is not None:
+            recorder.changes.append(["push", self.id, message.changed()])
 
     def add(self, role: Role, content: MessageContent, label: str | None = None) -> Message:
         """Build a message from ``role`` and ``content``, push it and return it."""
         if role not in _ROLES:
             raise InvalidArgumentError(f"role must be one of {', '.join(_ROLES)}, got {role!r}")
         _check_content(content, "content")
-        message = Message.model_construct(role=role, content=content, label=label)
+        message = Message.trusted(role, content, label)
         self.push(message)
         return message
 
@@ -170,27 +227,54 @@ class MessageThread(DeferredModel):
         return queued
 
     def to_llm_messages(self) -> list[dict[str, Any]]:
-        """The thread as the ``messages`` list an LLM provider expects (fresh dicts).
+        """The thread as the ``messages`` list an LLM provider expects (fresh dicts)."""
+        return list(map(dict.copy, self._llm_dicts()))
 
-        Dicts of messages seen before are kept and copied, so a long thread costs little
-        per call; the cache starts over whenever the list was replaced or shrunk.
+    def request_messages(self) -> list[dict[str, Any]]:
+        """:meth:`to_llm_messages` for a provider request: a fresh list of the thread's own
+        provider dicts, not copies of them (a long thread would copy hundreds per call).
+
+        A provider must not change them (:attr:`ChatRequest.messages
+        <agency_runtime._llm._provider.ChatRequest.messages>`); should one change one anyway,
+        the next call notices and builds them again, so the change never reaches a later
+        request.
+        """
+        return list(self._llm_dicts())
+
+    def _llm_dicts(self) -> list[dict[str, Any]]:
+        """The provider dicts of the thread's messages, kept between calls.
+
+        Each message's dict is built once, with a private copy to check it against: the
+        cache starts over when the messages were replaced, shrunk or their last one swapped,
+        or when a dict no longer equals its copy (someone changed it). The check is one
+        comparison of two lists, without building anything.
         """
         messages = self.messages
-        source, built = self._llm_source, self._llm_built
+        # The cache is read from pydantic's dict of private attributes at once: reading
+        # them as attributes goes through BaseModel.__getattr__, a few µs each.
+        cache = self.__pydantic_private__
+        if cache is None:  # pragma: no cover - pydantic sets it up for every instance
+            cache = {}
+            object.__setattr__(self, "__pydantic_private__", cache)
+        built: list[dict[str, Any]] | None = cache.get("_llm_built")
         count = 0 if built is None else len(built)
         if (
             built is None
-            or source is not messages
+            or cache.get("_llm_source") is not messages
             or count > len(messages)
-            or (count and messages[count - 1] is not self._llm_last)
+            or (count and messages[count - 1] is not cache.get("_llm_last"))
+            or built != cache.get("_llm_checked")
         ):
-            self._llm_source, built, count = messages, [], 0
-            self._llm_built = built
+            built, count = [], 0
+            cache["_llm_source"], cache["_llm_built"], cache["_llm_checked"] = messages, built, []
+        checked: list[dict[str, Any]] = cache["_llm_checked"]
         for message in messages[count:]:
-            built.append(message.to_llm())
+            item = message.to_llm()
+            built.append(item)
+            checked.append(item.copy())
         if messages:
-            self._llm_last = messages[-1]
-        return [dict(item) for item in built]
+            cache["_llm_last"] = messages[-1]
+        return built
 
 
 def _check_content(content: object, what: str) -> None:

@@ -277,7 +277,8 @@ async def llm(
             value, text = await unit(False)
     if replayed and on_token is not None and text:
         await _emit(on_token, text)  # a replay streams the recorded answer in one piece
-    await gate(frame)
+    if frame.stack.guards:  # (gate looks at nothing else)
+        await gate(frame)
     return value
 
 
@@ -381,6 +382,8 @@ class _Call:
 
 
 def _deliver_queued(thread: MessageThread) -> None:
+    if not thread.queued_messages:  # the common case: take nothing, report nothing
+        return
     for queued in thread.take_queued():
         thread.add(queued.role, queued.content, queued.label)
 
@@ -438,6 +441,8 @@ async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
     observer sees each request as a chat (the round's own step would only repeat it), and a
     replayed round as a replayed chat.
     """
+    if not call.tools and _observe.OBSERVER is None:
+        return await _answer(call, None)  # the common case: no round unit, nobody watching
     path = f"{call.path}/round#{turn}" if call.tools else call.path
 
     async def ask() -> tuple[str, list[ToolCall]]:
@@ -483,14 +488,7 @@ async def _answer(call: _Call, watch: _observe.ChatWatch | None) -> tuple[str, l
     calls = list(response.tool_calls)
     if calls:
         call.thread.push(
-            Message.model_construct(
-                role="assistant",
-                content=response.text,
-                label=None,
-                tool_calls=[c.to_openai() for c in calls],
-                tool_call_id=None,
-                name=None,
-            )
+            Message.trusted("assistant", response.text, tool_calls=[c.to_openai() for c in calls])
         )
     else:
         call.thread.add("assistant", response.text)
@@ -572,16 +570,7 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
         replayed = path in journal_of(call.frame.ctx).entries
         with obs.tool(name, tool_call.id, path, replayed) as watch:
             content = await unit()
-    call.thread.push(
-        Message.model_construct(
-            role="tool",
-            content=content,
-            label=None,
-            tool_calls=None,
-            tool_call_id=tool_call.id,
-            name=name,
-        )
-    )
+    call.thread.push(Message.trusted("tool", content, tool_call_id=tool_call.id, name=name))
 
 
 def from_json_safe(text: str) -> Any:
@@ -768,7 +757,7 @@ async def _request(call: _Call) -> ChatResponse:
     chosen, schema, timeout, max_tokens = call.model, call.schema, call.timeout, call.max_tokens
     model, secret = chosen.name, chosen.api_key
     provider = provider_for(chosen.model)
-    messages = call.thread.to_llm_messages()
+    messages = call.thread.request_messages()
     output: type[BaseModel] | None = None
     if schema is not None:
         output = _response_format(schema)
@@ -787,7 +776,7 @@ async def _request(call: _Call) -> ChatResponse:
         timeout=DEFAULT_TIMEOUT if timeout is None else float(timeout),
         max_tokens=max_tokens,
         response_format=output,
-        tools=tuple(tool.spec for tool in call.tools.values()),
+        tools=tuple(tool.spec for tool in call.tools.values()) if call.tools else (),
         api_base=chosen.api_base,
         api_key=secret,
         params=chosen.params,

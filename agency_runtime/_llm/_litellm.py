@@ -377,7 +377,7 @@ class LiteLLMProvider:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         """``litellm.acompletion`` with an explicit timeout and no retries of its own."""
-        litellm: Any = await load_litellm()
+        litellm: Any = _module or await load_litellm()
         try:
             response = await litellm.acompletion(**_chat_kwargs(request))
         except AgencyError:

@@ -263,7 +263,7 @@ class Model(DeferredModel):
     def params(self) -> dict[str, Any]:
         """The provider keyword arguments of every chat request: ``options``, then
         ``temperature``, ``seed`` and ``top_p`` when set."""
-        params = copy.deepcopy(self.options)
+        params = copy.deepcopy(self.options) if self.options else {}
         for field in ("temperature", "seed", "top_p"):
             value = getattr(self, field)
             if value is not None:
@@ -416,7 +416,19 @@ def resolve_model(model: str | Model) -> Model:
     registered = MODELS.get(model)
     if registered is not None:
         return registered
-    return Model(model)
+    plain = _PLAIN.get(model)
+    if plain is None:
+        plain = Model(model)  # checked (and refused) here, once per string
+        if len(_PLAIN) >= _MAX_PLAIN:
+            _PLAIN.clear()
+        _PLAIN[model] = plain
+    return plain
+
+
+_PLAIN: dict[str, Model] = {}
+"""The models of plain provider strings :func:`resolve_model` made (a ``Model`` is frozen and
+building one validates every field: each ``agency.llm`` call on a string model asks again)."""
+_MAX_PLAIN = 256
 
 
 def run_model(model: str | Model | None) -> str | Model | None:

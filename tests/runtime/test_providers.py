@@ -219,6 +219,34 @@ async def test_agency_llm_calls_a_custom_provider_and_bills_its_cost(scripted: S
     assert request.response_format is None
 
 
+async def test_a_provider_that_changes_the_messages_it_got_never_changes_a_later_request() -> None:
+    class Meddling(Scripted):
+        seen: list[list[dict[str, Any]]]
+
+        async def complete(self, request: ChatRequest) -> ChatResponse:
+            answer = await super().complete(request)
+            self.seen.append([dict(message) for message in request.messages])
+            for message in request.messages:  # against the contract: it must not
+                message["content"] = "changed by the provider"
+                message["extra"] = True
+            return answer
+
+    meddling = Meddling("one", "two")
+    meddling.seen = []
+    _registry.register_provider("meddling", meddling)
+    try:
+        with agency.test_context():
+            assert await agency.llm("first", model="meddling/m") == "one"
+            assert await agency.llm("second", model="meddling/m") == "two"
+    finally:
+        _registry.unregister_provider("meddling")
+    assert meddling.seen[1] == [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "second"},
+    ]
+
+
 async def test_a_schema_goes_as_a_response_format_when_supported(scripted: Scripted) -> None:
     scripted.outcomes = ['{"city": "Paris"}']
     with agency.test_context():

@@ -628,6 +628,22 @@ def test_empty_store_json_round_trip() -> None:
     assert restored.create() == "0"
 
 
+def test_request_messages_share_the_dicts_and_notice_a_change() -> None:
+    thread = MessageThread(id="0")
+    thread.add("user", "one")
+    first = thread.request_messages()
+    again = thread.request_messages()
+    assert again is not first  # a fresh list …
+    assert again[0] is first[0]  # … of the same dicts
+    first[0]["content"] = "mutated by a provider"  # against ChatRequest's contract
+    first[0]["name"] = "someone"
+    thread.add("assistant", "two")
+    expected = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]
+    assert thread.request_messages() == expected
+    assert thread.to_llm_messages() == expected
+    assert first[0] is not thread.request_messages()[0]  # built again
+
+
 def test_llm_messages_follow_every_change_to_the_thread() -> None:
     thread = MessageThread(id="0")
     thread.add("user", "one")
