@@ -75,13 +75,13 @@ from pydantic_core import to_json
 from agency_runtime import Interrupt, JournalEntry, Message, RunResult
 from turn_kit import TurnHistoryEntry
 
-trusted = Message.trusted("assistant", "hello")  # the first Message, made without validation
+# the first Message, made without validation, serialized before anything else builds the class
+assert b'"content":"hello"' in to_json(Message.trusted("assistant", "hello"))
 
 class Users(BaseModel):  # a user's model, built now, holding one of ours
     history: list[Message]
 
 made = [
-    trusted,
     Users.model_validate({"history": [{"role": "user", "content": "hi"}]}).history[0],
     TypeAdapter(list[Interrupt]).validate_python([{"interrupt_id": "i"}])[0],
     TurnHistoryEntry.model_construct(content="x"),
