@@ -48,7 +48,7 @@ from agency_runtime import (
     unregister_provider,
 )
 from agency_runtime._llm._embed import embed
-from agency_runtime._llm._model import MODELS
+from agency_runtime._llm._model import MODELS, resolve_model
 from agency_runtime._llm._provider import StreamEvent
 from agency_runtime.testing import FakeModel, FakeRequest, reset
 from tests.forked import ForkServer
@@ -252,6 +252,18 @@ def test_options_are_copied_so_the_caller_cannot_change_a_model() -> None:
     params = model.params
     params["stop"].append("X")
     assert model.options == {"stop": ["\n"]}
+
+
+def test_a_plain_model_string_resolves_to_one_model_and_a_registered_name_wins() -> None:
+    plain = resolve_model("fake/plain")
+    assert plain == Model("fake/plain")
+    assert resolve_model("fake/plain") is plain  # built (and checked) once per string
+    assert Model("fake/plain").params == {}
+    named = Model("fake/echo", name="fake/plain", temperature=0.5)
+    agency.register_model(named)
+    assert resolve_model("fake/plain") is named
+    agency.unregister_model("fake/plain")
+    assert resolve_model("fake/plain") is plain
 
 
 async def test_a_model_or_a_string_is_accepted_and_anything_else_refused(store: Store) -> None:

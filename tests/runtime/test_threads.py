@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from agency_runtime import (
     AgencyError,
@@ -626,6 +627,30 @@ def test_empty_store_json_round_trip() -> None:
     assert len(restored) == 0
     assert restored.active() is None
     assert restored.create() == "0"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": "hi", "label": "greeting"},
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f"}}],
+        },
+        {"role": "tool", "content": "42", "tool_call_id": "c1", "name": "f"},
+    ],
+)
+def test_a_trusted_message_is_the_validated_one(fields: dict[str, Any]) -> None:
+    trusted = Message.trusted(**fields)
+    validated = Message(**fields)
+    assert trusted == validated
+    assert trusted.model_dump() == validated.model_dump()
+    assert trusted.changed() == validated.model_dump(exclude_defaults=True)
+    with pytest.raises(ValidationError):
+        trusted.content = "changed"  # type: ignore[misc]  # frozen like any other
 
 
 def test_request_messages_share_the_dicts_and_notice_a_change() -> None:
