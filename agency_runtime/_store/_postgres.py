@@ -1,12 +1,13 @@
 """The PostgreSQL store: runs shared by many processes and machines (``postgresql://…``).
 
 Every operation is written once, as a *program*: a generator that yields its statements
-(:class:`_Sql`, the SQL and its parameters) and is sent back each one's rows (:class:`_Result`).
-It runs on a connection of a psycopg 3 ``ConnectionPool`` in a worker thread
-(``anyio.to_thread``: psycopg's async API is asyncio-only, and runs may be on trio).
-Connections are in autocommit mode and no server-side prepared statements are made, so
-PgBouncer in transaction mode works. psycopg is imported when a store is built, never by
-``import agency_runtime``.
+(:class:`_Sql`, the SQL and its parameters) and is sent back each one's rows (:class:`_Result`),
+so the same SQL and logic run on either of two paths. On asyncio, on psycopg's async API: a
+connection of an :class:`~._pg_pool.AsyncPool`, waited on by the event loop itself, no thread.
+Elsewhere (trio: psycopg's async API is asyncio-only), on a connection of a psycopg 3
+``ConnectionPool`` in a worker thread (``anyio.to_thread``). Connections are in autocommit
+mode and no server-side prepared statements are made, so PgBouncer in transaction mode works.
+psycopg is imported when a store is built, never by ``import agency_runtime``.
 
 The semantics are the SQLite store's (:mod:`._sqlite`), with the guarantees a shared server
 needs: runs are held by leases that expire (never session locks); a write made for a lease
@@ -31,6 +32,7 @@ from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+import anyio.lowlevel
 import anyio.to_thread
 from pydantic_core import from_json, to_json
 
@@ -55,6 +57,7 @@ from .._types import (
     RunStatus,
     Schedule,
 )
+from ._pg_pool import AsyncPool
 from ._pg_schema import SCHEMA_VERSION, channel, migrate, quoted
 from ._rows import (
     SCHEDULE_COLUMNS,
@@ -79,11 +82,20 @@ from ._rules import (
 )
 from ._wakeups import Wakeups
 
+try:
+    from sniffio import current_async_library as _current_async_library
+except ImportError:  # then trio is not installed either (it needs sniffio): asyncio it is
+
+    def _current_async_library() -> str:
+        return "asyncio"
+
+
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
     Conn = psycopg.Connection[tuple[Any, ...]]
+    AConn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresStore", "redact"]
 
@@ -135,7 +147,8 @@ class _Result(NamedTuple):
 Op: TypeAlias = Generator[_Sql, _Result, T]
 """A program: the statements of one store operation, yielded one at a time, each sent back
 its :class:`_Result`; it returns the operation's value. The one place an operation's SQL is
-written, run by :func:`_execute`."""
+written, run by :func:`_execute` (blocking, on a worker thread) or :func:`_aexecute`
+(asyncio)."""
 
 
 def _execute(conn: Conn, program: Op[T]) -> T:
@@ -145,6 +158,18 @@ def _execute(conn: Conn, program: Op[T]) -> T:
         while True:
             cur = conn.execute(sql.query, sql.params)
             rows = cur.fetchall() if cur.description is not None else []
+            sql = program.send(_Result(rows, cur.rowcount))
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+async def _aexecute(conn: AConn, program: Op[T]) -> T:
+    """:func:`_execute` on an ``AsyncConnection``."""
+    try:
+        sql = next(program)
+        while True:
+            cur = await conn.execute(sql.query, sql.params)
+            rows = await cur.fetchall() if cur.description is not None else []
             sql = program.send(_Result(rows, cur.rowcount))
     except StopIteration as done:
         return cast(T, done.value)
@@ -278,19 +303,33 @@ class PostgresStore:
                 f"cannot open connections to the PostgreSQL store {self._url}: "
                 f"{self._scrub(str(exc))}"
             ) from exc
+        # The asyncio path's connections: opened as tasks need them, none yet.
+        self._apool = AsyncPool(
+            self._aconnect,
+            max_size=max(min_size, max_size),
+            timeout=max(3 * connect_timeout, 15.0),
+            check_after=CHECK_IDLE_SECONDS,
+            name=f"agency-{schema}-async",
+        )
 
     # -- plumbing --------------------------------------------------------------------------
 
     def _check_if_idle(self, conn: Conn) -> None:
-        """The pool's health check on checkout: a round trip only for a connection idle
-        longer than :data:`CHECK_IDLE_SECONDS` (a server restart, a pooler or a firewall
-        that dropped it), so a busy store pays no extra round trip per operation. A
-        connection that breaks while in use is discarded by the pool when it comes back."""
+        """The thread path pool's health check on checkout (the asyncio path's pool does the
+        same): a round trip only for a connection idle longer than :data:`CHECK_IDLE_SECONDS`
+        (a server restart, a pooler or a firewall that dropped it), so a busy store pays no
+        extra round trip per operation. A connection that breaks while in use is discarded
+        by the pool when it comes back."""
         from psycopg_pool import ConnectionPool
 
         used = self._last_used.get(conn)
         if used is None or time.monotonic() - used > CHECK_IDLE_SECONDS:
             ConnectionPool.check_connection(conn)
+
+    async def _aconnect(self) -> AConn:
+        import psycopg
+
+        return await psycopg.AsyncConnection.connect(self._dsn, **self._connect_kwargs)
 
     @property
     def url(self) -> str:
@@ -319,6 +358,8 @@ class PostgresStore:
     async def _run(self, what: str, work: Callable[[], Op[T]], *, tx: bool = False) -> T:
         """Run the program ``work()`` (``tx``: in one transaction), retried as a whole with a
         fresh program when PostgreSQL aborted it; ``what`` names it in errors."""
+        if _current_async_library() == "asyncio":
+            return await self._acall(what, work, tx)
         return await anyio.to_thread.run_sync(self._call, what, work, tx)
 
     def _call(self, what: str, work: Callable[[], Op[T]], tx: bool) -> T:
@@ -340,6 +381,31 @@ class PostgresStore:
                         self._last_used[conn] = time.monotonic()
             except (psycopg.Error, UnicodeEncodeError) as exc:
                 time.sleep(self._pause_before_retry(what, exc, attempt))
+        raise AssertionError("unreachable")
+
+    async def _acall(self, what: str, work: Callable[[], Op[T]], tx: bool) -> T:
+        """:meth:`_run` on asyncio: psycopg's async API on this task, no thread. As the
+        thread path, a cancelled caller is refused before the first statement, and once one
+        is sent the operation runs to its end (shielded)."""
+        import psycopg
+
+        pool = self._apool
+        if self._pool is None:
+            raise StoreError(f"the PostgreSQL store {self._where} is closed")
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        with anyio.CancelScope(shield=True):
+            for attempt in range(_RETRIES):
+                try:
+                    conn = await pool.get()
+                    try:
+                        if not tx:
+                            return await _aexecute(conn, work())
+                        async with conn.transaction():
+                            return await _aexecute(conn, work())
+                    finally:
+                        pool.put(conn)
+                except (psycopg.Error, UnicodeEncodeError) as exc:
+                    await anyio.sleep(self._pause_before_retry(what, exc, attempt))
         raise AssertionError("unreachable")
 
     def _pause_before_retry(self, what: str, exc: Exception, attempt: int) -> float:
@@ -1328,6 +1394,7 @@ class PostgresStore:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        self._apool.close()
         listener = self._listener
         if listener is not None and listener is not threading.current_thread():
             listener.join(timeout=2.0)
