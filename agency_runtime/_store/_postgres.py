@@ -6,8 +6,12 @@ so the same SQL and logic run on either of two paths. On asyncio, on psycopg's a
 connection of an :class:`~._pg_pool.AsyncPool`, waited on by the event loop itself, no thread.
 Elsewhere (trio: psycopg's async API is asyncio-only), on a connection of a psycopg 3
 ``ConnectionPool`` in a worker thread (``anyio.to_thread``). Connections are in autocommit
-mode and no server-side prepared statements are made, so PgBouncer in transaction mode works.
-psycopg is imported when a store is built, never by ``import agency_runtime``.
+mode, and a statement a connection has run :data:`PREPARE_THRESHOLD` times is prepared on the
+server (psycopg's default), which spares PostgreSQL parsing and planning it again: most of
+the cost of the short statements a step makes. Poolers in transaction mode that cannot keep
+prepared statements (PgBouncer before 1.21, or with ``max_prepared_statements = 0``) need
+``prepare=False`` (``?prepare=false`` in the URL): then nothing is prepared. psycopg is
+imported when a store is built, never by ``import agency_runtime``.
 
 The semantics are the SQLite store's (:mod:`._sqlite`), with the guarantees a shared server
 needs: runs are held by leases that expire (never session locks); a write made for a lease
@@ -121,6 +125,10 @@ _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
 _RETRIES = 4
 """Attempts of one operation when PostgreSQL aborts it for a deadlock or serialization."""
 
+PREPARE_THRESHOLD = 5
+"""Executions of one statement on one connection after which it is prepared (psycopg's
+default), unless the store was opened with ``prepare=False``."""
+
 CHECK_IDLE_SECONDS = 5.0
 """A pooled connection idle longer than this is checked (one round trip) before use."""
 
@@ -222,8 +230,10 @@ class PostgresStore:
     ``dsn`` is a libpq URL (``postgresql://user:pass@host:5432/db``) or conninfo string;
     ``schema`` the PostgreSQL schema holding the tables (created and migrated on open).
     ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` (seconds) bounds
-    opening a connection and waiting for a free one. ``clock`` stamps leases and times
-    (default: the server's clock); ``url`` is what :attr:`url` shows (password redacted).
+    opening a connection and waiting for a free one. ``prepare=False`` makes no server-side
+    prepared statements (for a pooler that cannot keep them: PgBouncer before 1.21 in
+    transaction mode). ``clock`` stamps leases and times (default: the server's clock);
+    ``url`` is what :attr:`url` shows (password redacted).
     A server that cannot be reached raises :class:`~agency_runtime.StoreUnavailableError`.
     """
 
@@ -235,6 +245,7 @@ class PostgresStore:
         min_size: int = 1,
         max_size: int = 10,
         connect_timeout: float = 5.0,
+        prepare: bool = True,
         clock: Clock | None = None,
         url: str | None = None,
     ) -> None:
@@ -261,7 +272,7 @@ class PostgresStore:
         self._dsn = dsn
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
-            "prepare_threshold": None,
+            "prepare_threshold": PREPARE_THRESHOLD if prepare else None,
             "connect_timeout": max(1, math.ceil(connect_timeout)),
         }
         self._wakeups = Wakeups()

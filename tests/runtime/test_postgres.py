@@ -37,6 +37,7 @@ from agency_runtime._clock import Clock
 from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
 from agency_runtime._store._pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from agency_runtime._store._postgres import PREPARE_THRESHOLD, Op, _Sql
 from agency_runtime._types import JournalEntry, RunRecord
 from tests import pg_cluster
 from tests.runtime.test_store_contract import _recall_all
@@ -455,6 +456,40 @@ async def test_urls_open_a_postgres_store_in_the_named_schema(
         open_store(f"{dsn}?schema=bad-name")
     with pytest.raises(StoreError):
         open_store(f"{dsn}?schema={schema}&no_such_libpq_option=1")
+
+
+async def _prepared_statements(store: PostgresStore) -> int:
+    """How many statements the session of the store's next connection has prepared."""
+
+    def probe() -> Op[int]:
+        row = (yield _Sql("SELECT count(*) FROM pg_prepared_statements")).one()
+        assert row is not None
+        return int(row[0])
+
+    return await store._run("count prepared statements", probe)
+
+
+async def test_statements_are_prepared_unless_the_store_says_prepare_false(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    """A step's statement is prepared after a few executions (parsing and planning it again
+    is most of its cost); ``?prepare=false`` prepares none, for poolers that cannot keep
+    prepared statements."""
+    schema = make_store().schema
+    prepared = PostgresStore(dsn, schema=schema, max_size=1)
+    plain = open_store(f"{dsn}?schema={schema}&prepare=false")
+    assert isinstance(plain, PostgresStore)
+    try:
+        for store, run_id in ((prepared, "p"), (plain, "n")):
+            assert (await store.claim_run(_run(run_id), owner="a", lease_seconds=60)).acquired
+            for seq in range(PREPARE_THRESHOLD + 2):
+                assert await store.commit_step(_step(run_id, f"s{seq}", seq), owner="a")
+        assert await _prepared_statements(prepared) > 0
+        assert await _prepared_statements(plain) == 0
+    finally:
+        prepared.close()
+    with pytest.raises(InvalidArgumentError, match="prepare"):
+        open_store(f"{dsn}?schema={schema}&prepare=maybe")
 
 
 def test_importing_the_runtime_does_not_import_psycopg() -> None:
