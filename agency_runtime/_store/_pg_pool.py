@@ -116,12 +116,13 @@ class AsyncPool:
 
     def put(self, conn: AConn) -> None:
         """Give ``conn`` back: kept for the next caller when it is sound, else closed."""
-        from psycopg.pq import TransactionStatus
+        from psycopg.pq import ConnStatus, TransactionStatus
 
+        pgconn = conn.pgconn
         sound = (
-            not conn.closed
-            and not conn.broken
-            and conn.info.transaction_status == TransactionStatus.IDLE
+            not conn.broken
+            and pgconn.status == ConnStatus.OK
+            and pgconn.transaction_status == TransactionStatus.IDLE
         )
         with self._lock:
             keep = sound and not self._closed

@@ -26,6 +26,7 @@ server's clock.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -669,17 +670,21 @@ class PostgresStore:
 
         return await self._run(f"load the journal of run {run_id!r}", work, tx=True)
 
-    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
-        params = {column: getattr(entry, column) for column in _STEP_COLUMNS}
-        params.update(run=entry.run_id, owner=owner)
+    @functools.cached_property
+    def _commit_step_sql(self) -> str:
         # One statement: the lease check locks the run's row (FOR SHARE), so a claimant taking
         # the run over waits for this commit, or this insert sees the lease gone and writes
-        # nothing.
-        query = (
+        # nothing. (Built once: it is every step's statement.)
+        return (
             f"WITH lease AS ({self._holds_sql()}) INSERT INTO {self._t}.steps "
             f"({', '.join(_STEP_COLUMNS)}) SELECT "
             f"{', '.join(f'%({c})s' for c in _STEP_COLUMNS)} FROM lease"
         )
+
+    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
+        params = {column: getattr(entry, column) for column in _STEP_COLUMNS}
+        params.update(run=entry.run_id, owner=owner)
+        query = self._commit_step_sql
         what = f"commit step {entry.path!r} of run {entry.run_id!r}"
         return await self._run(what, lambda: _changed_one(query, params))
 
