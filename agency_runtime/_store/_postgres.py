@@ -125,6 +125,10 @@ _NOW = "COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8)
 """The time a statement uses: the store's clock (passed as ``now``), else the server's."""
 _RETRIES = 4
 """Attempts of one operation when PostgreSQL aborts it for a deadlock or serialization."""
+_ROLLED_BACK = frozenset({"40000", "40001", "40P01"})
+"""SQLSTATEs of a transaction PostgreSQL rolled back, worth trying again: transaction
+rollback, serialization failure, deadlock. (psycopg's ``SerializationFailure`` and
+``DeadlockDetected`` are not subclasses of its ``TransactionRollback``.)"""
 
 PREPARE_THRESHOLD = 5
 """Executions of one statement on one connection after which it is prepared (psycopg's
@@ -426,7 +430,7 @@ class PostgresStore:
         again."""
         import psycopg
 
-        if isinstance(exc, psycopg.errors.TransactionRollback):
+        if isinstance(exc, psycopg.Error) and exc.sqlstate in _ROLLED_BACK:
             if attempt + 1 == _RETRIES:
                 raise StoreError(
                     f"the PostgreSQL store {self._where} could not {what}: "
@@ -576,8 +580,10 @@ class PostgresStore:
                 pico, tokens = yield from self._drop_steps(
                     record.run_id, "path = ANY(%s::text[])", list(forget)
                 )
-                params["upico"] += pico
-                params["utokens"] += tokens
+                # Added to this attempt's own totals: a retried attempt starts again from
+                # ``unjournaled``, not from what the rolled-back one had added.
+                params["upico"] = unjournaled[0] + pico
+                params["utokens"] = unjournaled[1] + tokens
             # One guarded UPDATE, and the notification that whoever waits on runs looks again.
             done = yield _Sql(
                 f"WITH done AS (UPDATE {t}.runs SET status = %(status)s, value = %(value)s, "

@@ -261,6 +261,34 @@ def test_one_store_serves_one_event_loop_after_another(
     assert [e.path for e in journal.entries] == ["p0", "p1", "p2", "p3"]
 
 
+async def test_a_retried_outcome_counts_the_forgotten_steps_spend_once(
+    make_store: Callable[..., PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outcome that forgets steps moves their spend to the run's unjournaled totals; when
+    PostgreSQL aborts the first attempt (a serialization failure) the retry counts it once."""
+    store = make_store()
+    assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
+    assert await store.commit_step(_step("r", "gone", 1, cost_pico=7), owner="a")
+    real = store._notify_sql
+    attempts: list[int] = []
+
+    def flaky(source: str, column: str = "run_id") -> str:
+        # Built when the attempt has dropped the steps and added their spend, before the
+        # outcome's UPDATE is sent: the failure aborts the attempt there.
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise psycopg.errors.SerializationFailure("injected: the first attempt is aborted")
+        return real(source, column)
+
+    monkeypatch.setattr(store, "_notify_sql", flaky)
+    done = _run("r", status="completed", value="1", finished_at=2.0, cost_pico=7)
+    assert await store.finish_run(done, owner="a", unjournaled=(3, 0), forget=["gone"])
+    assert len(attempts) == 2
+    stored = await store.get_run("r")
+    assert stored is not None
+    assert stored.unjournaled_pico == 3 + 7
+
+
 async def test_two_store_objects_on_one_schema_see_each_others_runs(
     make_store: Callable[..., PostgresStore], dsn: str
 ) -> None:
