@@ -2,16 +2,22 @@
 
 Every operation is written once, as a *program*: a generator that yields its statements
 (:class:`_Sql`, the SQL and its parameters) and is sent back each one's rows (:class:`_Result`),
-so the same SQL and logic run on either of two paths. On asyncio, on psycopg's async API: a
-connection of an :class:`~._pg_pool.AsyncPool`, waited on by the event loop itself, no thread.
-Elsewhere (trio: psycopg's async API is asyncio-only), on a connection of a psycopg 3
-``ConnectionPool`` in a worker thread (``anyio.to_thread``). Connections are in autocommit
-mode, and a statement a connection has run :data:`PREPARE_THRESHOLD` times is prepared on the
-server (psycopg's default), which spares PostgreSQL parsing and planning it again: most of
-the cost of the short statements a step makes. Poolers in transaction mode that cannot keep
-prepared statements (PgBouncer before 1.21, or with ``max_prepared_statements = 0``) need
-``prepare=False`` (``?prepare=false`` in the URL): then nothing is prepared. psycopg is
-imported when a store is built, never by ``import agency_runtime``.
+so the same SQL and logic run on either of two paths. On asyncio, an operation outside a
+transaction (a step's commit, a lease renewal, most outcomes and reads) runs on psycopg's async
+API: a connection of an :class:`~._pg_pool.AsyncPool`, waited on by the event loop itself, no
+thread. Transactions and other operations of several statements (a claim, loading a journal),
+and everything on trio (psycopg's async API is asyncio-only), run on a connection of a psycopg
+3 ``ConnectionPool`` in a worker thread (``anyio.to_thread``): there the statements go back to
+back, while on the loop each would wait for the task's next turn, so on a busy loop a claim
+would hold its row locks, and keep a worker's slots empty, several times longer.
+
+Connections are in autocommit mode, and a statement a connection has run
+:data:`PREPARE_THRESHOLD` times is prepared on the server (psycopg's default), which spares
+PostgreSQL parsing and planning it again: most of the cost of the short statements a step
+makes. Poolers in transaction mode that cannot keep prepared statements (PgBouncer before
+1.21, or with ``max_prepared_statements = 0``) need ``prepare=False`` (``?prepare=false`` in
+the URL): then nothing is prepared. psycopg is imported when a store is built, never by
+``import agency_runtime``.
 
 The semantics are the SQLite store's (:mod:`._sqlite`), with the guarantees a shared server
 needs: runs are held by leases that expire (never session locks); a write made for a lease
@@ -371,11 +377,15 @@ class PostgresStore:
         assert row is not None
         return float(row[0])
 
-    async def _run(self, what: str, work: Callable[[], Op[T]], *, tx: bool = False) -> T:
+    async def _run(
+        self, what: str, work: Callable[[], Op[T]], *, tx: bool = False, several: bool = False
+    ) -> T:
         """Run the program ``work()`` (``tx``: in one transaction), retried as a whole with a
-        fresh program when PostgreSQL aborted it; ``what`` names it in errors."""
-        if _current_async_library() == "asyncio":
-            return await self._acall(what, work, tx)
+        fresh program when PostgreSQL aborted it; ``what`` names it in errors. ``several``:
+        it always sends more than one statement (so it takes a worker thread, as a
+        transaction does; see the module's docstring)."""
+        if not (tx or several) and _current_async_library() == "asyncio":
+            return await self._acall(what, work)
         return await anyio.to_thread.run_sync(self._call, what, work, tx)
 
     def _call(self, what: str, work: Callable[[], Op[T]], tx: bool) -> T:
@@ -399,10 +409,10 @@ class PostgresStore:
                 time.sleep(self._pause_before_retry(what, exc, attempt))
         raise AssertionError("unreachable")
 
-    async def _acall(self, what: str, work: Callable[[], Op[T]], tx: bool) -> T:
-        """:meth:`_run` on asyncio: psycopg's async API on this task, no thread. As the
-        thread path, a cancelled caller is refused before the first statement, and once one
-        is sent the operation runs to its end (shielded)."""
+    async def _acall(self, what: str, work: Callable[[], Op[T]]) -> T:
+        """:meth:`_run` on asyncio, outside a transaction: psycopg's async API on this task,
+        no thread. As on the thread path, a cancelled caller is refused before the first
+        statement, and once one is sent the operation runs to its end (shielded)."""
         import psycopg
 
         pool = self._apool
@@ -414,10 +424,7 @@ class PostgresStore:
                 try:
                     conn = await pool.get()
                     try:
-                        if not tx:
-                            return await _aexecute(conn, work())
-                        async with conn.transaction():
-                            return await _aexecute(conn, work())
+                        return await _aexecute(conn, work())
                     finally:
                         pool.put(conn)
                 except (psycopg.Error, UnicodeEncodeError) as exc:
@@ -674,7 +681,9 @@ class PostgresStore:
             )
             return journal_from_rows(run_id, steps.rows, answers.rows, checkpoints.rows)
 
-        return await self._run(f"load the journal of run {run_id!r}", work, tx=True)
+        # No transaction: at READ COMMITTED (the store's level) each SELECT would take its own
+        # snapshot inside one anyway, so BEGIN and COMMIT would only add two round trips.
+        return await self._run(f"load the journal of run {run_id!r}", work, several=True)
 
     @functools.cached_property
     def _commit_step_sql(self) -> str:

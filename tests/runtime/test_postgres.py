@@ -177,12 +177,14 @@ async def test_a_commit_under_way_finishes_though_its_caller_is_cancelled(
     assert [entry.path for entry in (await store.load_journal("r")).entries] == ["one"]
 
 
-async def test_on_asyncio_the_sql_runs_on_the_event_loop_elsewhere_on_worker_threads(
+async def test_on_asyncio_single_statements_run_on_the_event_loop_the_rest_on_threads(
     make_store: Callable[..., PostgresStore], anyio_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On asyncio the store's statements go through psycopg's async API on the loop's own
-    thread (no thread hop); on trio, whose tasks psycopg's async API cannot serve, through
-    the blocking API on worker threads."""
+    """On asyncio an operation of one statement outside a transaction (a step's commit, a
+    lease renewal, an outcome, a read) goes through psycopg's async API on the loop's own
+    thread: no thread hop. A transaction (a claim) or a read of several statements (a
+    journal) runs on a worker thread, its statements back to back; on trio, whose tasks
+    psycopg's async API cannot serve, everything does."""
     store = make_store()
     seen: list[tuple[str, int]] = []
     blocking, awaited = psycopg.Connection.execute, psycopg.AsyncConnection.execute
@@ -195,24 +197,32 @@ async def test_on_asyncio_the_sql_runs_on_the_event_loop_elsewhere_on_worker_thr
         seen.append(("async", threading.get_ident()))
         return await awaited(self, *args, **kwargs)
 
+    def taken() -> tuple[set[str], set[int]]:
+        kinds, threads = {kind for kind, _ in seen}, {thread for _, thread in seen}
+        seen.clear()
+        return kinds, threads
+
     monkeypatch.setattr(psycopg.Connection, "execute", blocking_spy)
     monkeypatch.setattr(psycopg.AsyncConnection, "execute", awaited_spy)
+    loop_thread = threading.get_ident()
     assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
+    assert [e.path for e in (await store.load_journal("r")).entries] == []
+    kinds, threads = taken()
+    assert kinds == {"blocking"}
+    assert loop_thread not in threads
     assert await store.commit_step(_step("r", "one", 1), owner="a")
     assert await store.renew_lease("r", owner="a", lease_seconds=60)
     done = _run("r", status="completed", value="1", finished_at=2.0)
     assert await store.finish_run(done, owner="a")
-    assert [e.path for e in (await store.load_journal("r")).entries] == ["one"]
     stored = await store.get_run("r")
     assert stored is not None
     assert stored.status == "completed"
-    kinds = {kind for kind, _ in seen}
-    threads = {thread for _, thread in seen}
+    kinds, threads = taken()
     if anyio_backend == "asyncio":
-        assert (kinds, threads) == ({"async"}, {threading.get_ident()})
+        assert (kinds, threads) == ({"async"}, {loop_thread})
     else:
         assert kinds == {"blocking"}
-        assert threading.get_ident() not in threads
+        assert loop_thread not in threads
 
 
 async def test_tasks_beyond_max_size_wait_for_a_connection(
