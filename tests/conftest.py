@@ -146,11 +146,15 @@ class _SettlingPostgresStore(PostgresStore):
     A task parked on a worker thread counts as blocked, so with the real store the test would
     move the fake clock, or look at the store, in the middle of a commit. Here each call
     commits before the caller goes on, as SQLite's do; the SQL, its pool and its error
-    mapping are the store's. The real thread hop is tested by ``test_postgres.py``'s plain
-    ``PostgresStore`` objects, the crash tests and the benches.
+    mapping are the store's. The real paths (on asyncio, psycopg's async API on the loop for
+    single statements; worker threads for the rest, and for everything on trio) are tested
+    by ``test_postgres.py``'s plain ``PostgresStore`` objects, the crash tests and the
+    benches.
     """
 
-    async def _run(self, what: str, work: Callable[..., T], *, tx: bool = False) -> T:
+    async def _run(
+        self, what: str, work: Callable[..., T], *, tx: bool = False, several: bool = False
+    ) -> T:
         return self._call(what, work, tx)
 
 
@@ -289,11 +293,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Run the shared-fixture tests on PostgreSQL under asyncio only (deselected, and counted
     as such in the summary, under trio).
 
-    The store is the same code under both event loops: its SQL runs on worker threads
-    (``anyio.to_thread``), and what differs by backend — the thread hop and the wake-ups
-    rung from the listener thread — is tested on both by ``tests/runtime/test_postgres.py``
-    and on trio by every memory and SQLite test. Running every store test a fourth time
-    would cost the suite ~15 s for no path not already covered.
+    The store is the same code under both event loops (one program per operation), and what
+    differs by backend — which path runs its SQL (psycopg's async API on asyncio, worker
+    threads on trio) and the wake-ups rung from the listener thread — is tested on both by
+    ``tests/runtime/test_postgres.py`` and on trio by every memory and SQLite test. Running
+    every store test a fourth time would cost the suite ~15 s for no path not already covered.
     """
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []

@@ -200,9 +200,16 @@ def _create(url: str, key: str) -> Store:
 
 
 def _postgres(url: str, options: dict[str, str]) -> Store:
-    """A PostgreSQL store: ``schema`` is ours, every other option is handed to libpq."""
+    """A PostgreSQL store: ``schema`` and ``prepare`` are ours, every other option is handed
+    to libpq."""
     parts = urlsplit(url.strip())
-    rest = {key: value for key, value in options.items() if key != "schema"}
+    rest = {key: value for key, value in options.items() if key not in ("schema", "prepare")}
+    prepare = options.get("prepare", "true").lower()
+    if prepare not in ("true", "false"):
+        raise InvalidArgumentError(
+            f"prepare={options['prepare']!r} in {redact(url)!r} must be true or false "
+            "(false for a pooler that cannot keep prepared statements)"
+        )
     timeout = 5.0
     if "connect_timeout" in rest:
         try:
@@ -221,7 +228,9 @@ def _postgres(url: str, options: dict[str, str]) -> Store:
     schema = options.get("schema", "agency")
     from ._postgres import PostgresStore
 
-    return PostgresStore(dsn, schema=schema, connect_timeout=timeout, url=url)
+    return PostgresStore(
+        dsn, schema=schema, connect_timeout=timeout, prepare=prepare == "true", url=url
+    )
 
 
 def redact(url: str) -> str:

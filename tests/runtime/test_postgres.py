@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import psycopg
@@ -36,6 +37,7 @@ from agency_runtime._clock import Clock
 from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
 from agency_runtime._store._pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from agency_runtime._store._postgres import PREPARE_THRESHOLD, Op, _Sql
 from agency_runtime._types import JournalEntry, RunRecord
 from tests import pg_cluster
 from tests.runtime.test_store_contract import _recall_all
@@ -90,10 +92,18 @@ def _step(run_id: str, path: str, seq: int, cost_pico: int = 0) -> JournalEntry:
     )  # fmt: skip
 
 
-def _lock_waits(dsn: str) -> int:
-    """How many statements on the server wait for a lock now."""
+def _lock_waits(dsn: str, schema: str | None = None) -> int:
+    """How many statements on the server wait for a lock now (of those naming ``schema``,
+    when given: tests in other processes share the server)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        if schema is None:
+            row = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+        else:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND strpos(query, %s) > 0",
+                (f'"{schema}".',),
+            ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -131,6 +141,162 @@ async def test_a_step_commit_waits_for_a_takeover_then_writes_nothing(
     journal = await store.load_journal("r")
     assert [entry.path for entry in journal.entries] == ["one"]
     assert not await store.commit_step(_step("r", "three", 3), owner="a")
+
+
+async def test_a_commit_under_way_finishes_though_its_caller_is_cancelled(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    """Cancelled while its statement waits on the server, an operation still runs to its end
+    (on a worker thread as on asyncio's own path), so the caller never leaves a write whose
+    fate it cannot know; a caller cancelled before it starts sends nothing."""
+    store = make_store()
+    assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
+    other = psycopg.connect(dsn, autocommit=True)
+    try:
+        other.execute("BEGIN")
+        other.execute(f'SELECT 1 FROM "{store.schema}".runs WHERE run_id = %s FOR UPDATE', ("r",))
+        done: list[bool] = []
+        caller = anyio.CancelScope()
+
+        async def commit() -> None:
+            with caller:
+                done.append(await store.commit_step(_step("r", "one", 1), owner="a"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(commit)
+            await wait_for(lambda: _lock_waits(dsn, store.schema) > 0, timeout=10)
+            caller.cancel()
+            await anyio.wait_all_tasks_blocked()  # the cancellation was delivered, if it can be
+            await anyio.to_thread.run_sync(other.execute, "COMMIT")
+        assert done == [True]
+    finally:
+        other.close()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await store.commit_step(_step("r", "two", 2), owner="a")
+    assert [entry.path for entry in (await store.load_journal("r")).entries] == ["one"]
+
+
+async def test_on_asyncio_single_statements_run_on_the_event_loop_the_rest_on_threads(
+    make_store: Callable[..., PostgresStore], anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On asyncio an operation of one statement outside a transaction (a step's commit, a
+    lease renewal, an outcome, a read) goes through psycopg's async API on the loop's own
+    thread: no thread hop. A transaction (a claim) or a read of several statements (a
+    journal) runs on a worker thread, its statements back to back; on trio, whose tasks
+    psycopg's async API cannot serve, everything does."""
+    store = make_store()
+    seen: list[tuple[str, int]] = []
+    blocking, awaited = psycopg.Connection.execute, psycopg.AsyncConnection.execute
+
+    def blocking_spy(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+        seen.append(("blocking", threading.get_ident()))
+        return blocking(self, *args, **kwargs)
+
+    async def awaited_spy(self: psycopg.AsyncConnection[Any], *args: Any, **kwargs: Any) -> Any:
+        seen.append(("async", threading.get_ident()))
+        return await awaited(self, *args, **kwargs)
+
+    def taken() -> tuple[set[str], set[int]]:
+        kinds, threads = {kind for kind, _ in seen}, {thread for _, thread in seen}
+        seen.clear()
+        return kinds, threads
+
+    monkeypatch.setattr(psycopg.Connection, "execute", blocking_spy)
+    monkeypatch.setattr(psycopg.AsyncConnection, "execute", awaited_spy)
+    loop_thread = threading.get_ident()
+    assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
+    assert [e.path for e in (await store.load_journal("r")).entries] == []
+    kinds, threads = taken()
+    assert kinds == {"blocking"}
+    assert loop_thread not in threads
+    assert await store.commit_step(_step("r", "one", 1), owner="a")
+    assert await store.renew_lease("r", owner="a", lease_seconds=60)
+    done = _run("r", status="completed", value="1", finished_at=2.0)
+    assert await store.finish_run(done, owner="a")
+    stored = await store.get_run("r")
+    assert stored is not None
+    assert stored.status == "completed"
+    kinds, threads = taken()
+    if anyio_backend == "asyncio":
+        assert (kinds, threads) == ({"async"}, {loop_thread})
+    else:
+        assert kinds == {"blocking"}
+        assert loop_thread not in threads
+
+
+async def test_tasks_beyond_max_size_wait_for_a_connection(
+    dsn: str, make_store: Callable[..., PostgresStore]
+) -> None:
+    """Twenty concurrent operations on a store of one connection: each waits its turn, none
+    fails, and no more connections are opened (one per path at most)."""
+    schema = make_store().schema
+    name = f"agency-max-size-{os.getpid()}"
+    store = PostgresStore(f"{dsn}?application_name={name}", schema=schema, max_size=1)
+    try:
+        assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
+
+        async def commit(index: int) -> None:
+            assert await store.commit_step(_step("r", f"p{index}", index), owner="a")
+
+        async with anyio.create_task_group() as group:
+            for index in range(20):
+                group.start_soon(commit, index)
+        assert len((await store.load_journal("r")).entries) == 20
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchone()
+        assert row is not None
+        assert row[0] <= 2
+    finally:
+        store.close()
+
+
+def test_one_store_serves_one_event_loop_after_another(
+    make_store: Callable[..., PostgresStore],
+) -> None:
+    """A store outlives event loops (``open_store`` caches it per process): asyncio, trio,
+    then asyncio again, on connections the first loop left idle."""
+    store = make_store()
+
+    async def step(index: int) -> None:
+        if index == 0:
+            assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
+        assert await store.commit_step(_step("r", f"p{index}", index), owner="a")
+
+    for index, backend in enumerate(("asyncio", "trio", "asyncio", "asyncio")):
+        anyio.run(step, index, backend=backend)
+    journal = anyio.run(store.load_journal, "r")
+    assert [e.path for e in journal.entries] == ["p0", "p1", "p2", "p3"]
+
+
+async def test_a_retried_outcome_counts_the_forgotten_steps_spend_once(
+    make_store: Callable[..., PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outcome that forgets steps moves their spend to the run's unjournaled totals; when
+    PostgreSQL aborts the first attempt (a serialization failure) the retry counts it once."""
+    store = make_store()
+    assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
+    assert await store.commit_step(_step("r", "gone", 1, cost_pico=7), owner="a")
+    real = store._notify_sql
+    attempts: list[int] = []
+
+    def flaky(source: str, column: str = "run_id") -> str:
+        # Built when the attempt has dropped the steps and added their spend, before the
+        # outcome's UPDATE is sent: the failure aborts the attempt there.
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise psycopg.errors.SerializationFailure("injected: the first attempt is aborted")
+        return real(source, column)
+
+    monkeypatch.setattr(store, "_notify_sql", flaky)
+    done = _run("r", status="completed", value="1", finished_at=2.0, cost_pico=7)
+    assert await store.finish_run(done, owner="a", unjournaled=(3, 0), forget=["gone"])
+    assert len(attempts) == 2
+    stored = await store.get_run("r")
+    assert stored is not None
+    assert stored.unjournaled_pico == 3 + 7
 
 
 async def test_two_store_objects_on_one_schema_see_each_others_runs(
@@ -328,6 +494,40 @@ async def test_urls_open_a_postgres_store_in_the_named_schema(
         open_store(f"{dsn}?schema=bad-name")
     with pytest.raises(StoreError):
         open_store(f"{dsn}?schema={schema}&no_such_libpq_option=1")
+
+
+async def _prepared_statements(store: PostgresStore) -> int:
+    """How many statements the session of the store's next connection has prepared."""
+
+    def probe() -> Op[int]:
+        row = (yield _Sql("SELECT count(*) FROM pg_prepared_statements")).one()
+        assert row is not None
+        return int(row[0])
+
+    return await store._run("count prepared statements", probe)
+
+
+async def test_statements_are_prepared_unless_the_store_says_prepare_false(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    """A step's statement is prepared after a few executions (parsing and planning it again
+    is most of its cost); ``?prepare=false`` prepares none, for poolers that cannot keep
+    prepared statements."""
+    schema = make_store().schema
+    prepared = PostgresStore(dsn, schema=schema, max_size=1)
+    plain = open_store(f"{dsn}?schema={schema}&prepare=false")
+    assert isinstance(plain, PostgresStore)
+    try:
+        for store, run_id in ((prepared, "p"), (plain, "n")):
+            assert (await store.claim_run(_run(run_id), owner="a", lease_seconds=60)).acquired
+            for seq in range(PREPARE_THRESHOLD + 2):
+                assert await store.commit_step(_step(run_id, f"s{seq}", seq), owner="a")
+        assert await _prepared_statements(prepared) > 0
+        assert await _prepared_statements(plain) == 0
+    finally:
+        prepared.close()
+    with pytest.raises(InvalidArgumentError, match="prepare"):
+        open_store(f"{dsn}?schema={schema}&prepare=maybe")
 
 
 def test_importing_the_runtime_does_not_import_psycopg() -> None:
