@@ -8,7 +8,7 @@ and so are memory and the store backends, on first use (:data:`_LAZY`); no pydan
 is built until a model is first used, and asyncio is not imported (trio programs need none).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._boundary._worker import Worker
 from ._clock import Clock
@@ -66,6 +66,7 @@ from ._errors import (
 from ._facade import agency
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
+from ._lazy import lazy_names
 from ._llm._model import Model
 from ._llm._registry import register_provider, unregister_provider
 from ._llm._stream import LLMStream
@@ -142,19 +143,7 @@ conversation memory, which most runs never turn on) and the store backends (a st
 names one, and most processes only ever use one)."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
 
 
 __version__ = "0.1.0"

@@ -10,9 +10,9 @@
 * :mod:`._url` — store URLs and the process's open stores.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_names
 from .._types import Claim, RunRecord
 from ._protocols import (
     DocumentStore,
@@ -41,17 +41,7 @@ _BACKENDS = {
 that only uses SQLite never loads the PostgreSQL store, and ``import agency_runtime`` none."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _BACKENDS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_BACKENDS))
+__getattr__, __dir__ = lazy_names(__name__, globals(), _BACKENDS)
 
 
 __all__ = [
