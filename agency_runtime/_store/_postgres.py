@@ -68,6 +68,7 @@ from .._types import (
 )
 from ._pg_pool import AsyncPool
 from ._pg_schema import SCHEMA_VERSION, channel, migrate, quoted
+from ._redact import redact
 from ._rows import (
     SCHEDULE_COLUMNS,
     error_json,
@@ -89,7 +90,6 @@ from ._rules import (
     queued_record,
     text_tokens,
 )
-from ._url import redact
 from ._wakeups import Wakeups
 
 try:

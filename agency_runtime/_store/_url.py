@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -25,6 +24,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from .._errors import InvalidArgumentError
 from ._protocols import Store
+from ._redact import redact
 
 if TYPE_CHECKING:
     from ._sqlite import Synchronous
@@ -231,21 +231,3 @@ def _postgres(url: str, options: dict[str, str]) -> Store:
     return PostgresStore(
         dsn, schema=schema, connect_timeout=timeout, prepare=prepare == "true", url=url
     )
-
-
-def redact(url: str) -> str:
-    """``url`` (or a ``key=value`` conninfo) with its password replaced by ``***``."""
-    if "://" not in url:
-        return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{host}"
-    query = "&".join(
-        f"{key}={'***' if key.lower() == 'password' else value}"
-        for key, value in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
