@@ -278,8 +278,13 @@ def _parse_grant(value: object) -> tuple[float, float, bool, str | None]:
     )
 
 
-async def gate(frame: Frame) -> None:
+async def gate(frame: Frame, at: str) -> None:
     """After an LLM call: turn each tripped guard into a ``std::guard`` interrupt.
+
+    ``at`` is the journal path of the call (or tool round) that may have tripped them:
+    the questions are asked at that position, one ordinal per tripped guard, so a trip is
+    never confused with a user's interrupt or another call's trip (DESIGN §11.1), even
+    when concurrent branches share a guard and trip it in another order on replay.
 
     Innermost guard first; extending an inner guard does not widen an outer one, so each
     guard over its budget is asked about in turn. Handlers installed inside the tripped
@@ -293,15 +298,15 @@ async def gate(frame: Frame) -> None:
             continue
         obs = _observe.OBSERVER
         if obs is None:
-            await _settle(frame, guard)
+            await _settle(frame, guard, at)
             continue
         error = guard.error()
         with obs.guard(guard.type, guard.guard_id, guard.label, error.limit, error.spent):
-            await _settle(frame, guard)
+            await _settle(frame, guard, at)
         # Go on outwards: every guard this call pushed over its budget is asked about.
 
 
-async def _settle(frame: Frame, guard: Guard) -> None:
+async def _settle(frame: Frame, guard: Guard, at: str) -> None:
     """Ask about ``guard``, over its budget; apply the grant, or raise its error."""
     from ._interrupts import ask  # the interrupt layer sits beside guards, not below them
 
@@ -326,6 +331,7 @@ async def _settle(frame: Frame, guard: Guard) -> None:
             "limit": error.limit,
             "spent": error.spent,
         },
+        at=at,
     )
     if not answer.approved:
         raise error

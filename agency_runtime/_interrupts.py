@@ -7,9 +7,17 @@ approval; otherwise the outermost approval wins. A handler never hears an interr
 by its own code, and handlers nested more than ten deep raise ``HandlerRecursionError``.
 
 When no handler decides, the run pauses: ``RunPaused`` travels to the run boundary, which
-stores the interrupt and returns ``RunResult(status="paused")``. Interrupt ids are derived
-from the run id and the call site, so once an answer is stored the same call returns it
-(without running handlers) when the run continues.
+stores the interrupt and returns ``RunResult(status="paused")``.
+
+An interrupt's identity is its *position* (DESIGN §11.1), never its content or the order
+of asking: the run, the address it is asked at and an ordinal among the asks at that
+address. ``agency.interrupt`` asks at its task's causal position (the frame's address,
+branch-qualified for a concurrent task, §10.2); the runtime's own questions ask at the
+call they are about (a tool approval at its tool call, a guard trip at the LLM call or
+round that tripped it). So an answer only ever answers the call it was given for, and a
+question skipped on replay (its tool call finished already) shifts no other ordinal.
+Once an answer is stored, the same position returns it (without running handlers) when
+the run continues.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from pydantic import ConfigDict
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._core import _observe
+from ._core._branches import qualify
 from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._core._jsondata import check_text, json_problem
 from ._durable._journal import RunJournal, journal_of
@@ -204,8 +213,18 @@ async def ask(
     message: str = "",
     data: Any = None,
     expects_value: bool = False,
+    *,
+    at: str | None = None,
 ) -> InterruptResponse:
-    """:func:`interrupt` in an explicit frame (the guard gate asks with fewer handlers)."""
+    """:func:`interrupt` in an explicit frame (the guard gate asks with fewer handlers).
+
+    ``at``: the position of the call this question is about (a tool call's or an LLM
+    call's journal path). Asks there are counted at that position alone and never tick the
+    task's causal position, so whether they happen (a guard trips on one execution and not
+    on another, a finished tool call asks nothing on replay) changes no other address.
+    Without ``at`` the question is asked at the task's causal position, as
+    :func:`interrupt` does.
+    """
     if not isinstance(effect, str) or not effect.strip():
         raise InvalidArgumentError(
             f"an interrupt's effect must be a non-empty string, got {effect!r}"
@@ -228,8 +247,12 @@ async def ask(
             f"interrupt data must be JSON data or pydantic models, since it is stored ({exc})"
         ) from exc
     journal = journal_of(frame.ctx)
-    address = position_of(frame).address
-    key = interrupt_id(journal.run_id or "", address, journal.next_token(address, "interrupt"))
+    if at is None:
+        address = position_of(frame).address
+        key = _task_position(journal, address)
+    else:
+        address = at
+        key = interrupt_id(journal.run_id or "", at, journal.ordinal(at, "interrupt"))
     journal.claimed.add(key)  # replayed: asked again (answered or still pending)
     obs = _observe.OBSERVER
     if obs is None:
@@ -238,6 +261,27 @@ async def ask(
         answer = await _answer(frame, journal, key, address, effect, message, data, expects_value)
         watch.decided(answer.type)
     return answer
+
+
+RUNTIME_EFFECTS = frozenset({"std::tool-approval", "std::guard"})
+"""The runtime's own questions: asked at the call they are about (``ask(..., at=...)``)."""
+
+
+def _task_position(journal: RunJournal, address: str) -> str:
+    """The id of the next interrupt the current task asks at ``address``.
+
+    Before the third release the runtime's own questions were counted among the task's
+    asks. An answer such a question got there (a run paused before the upgrade) keeps its
+    ordinal, so the asks after it keep theirs, and is never handed to another question.
+    """
+    branch, ordinal = journal.count(address, "interrupt")
+    run_id = journal.run_id or ""
+    while True:
+        key = interrupt_id(run_id, address, qualify(branch, str(ordinal)))
+        before = journal.asked.get(key)
+        if before is None or before.effect not in RUNTIME_EFFECTS:
+            return key
+        ordinal = journal.ordinal(address, "interrupt", branch)
 
 
 async def _answer(

@@ -278,7 +278,7 @@ async def llm(
     if replayed and on_token is not None and text:
         await _emit(on_token, text)  # a replay streams the recorded answer in one piece
     if frame.stack.guards:  # (gate looks at nothing else)
-        await gate(frame)
+        await gate(frame, path)
     return value
 
 
@@ -410,7 +410,8 @@ async def _converse(
                     attempts=rounds,
                 )
             if call.tools:
-                await gate(call.frame)  # a guard over budget stops the loop between rounds
+                # a guard over budget stops the loop between rounds (asked at the round)
+                await gate(call.frame, f"{call.path}/round#{turn - 1}")
             for tool_call in calls:
                 await _run_tool(call, tool_call, executed)
                 executed += 1
@@ -528,6 +529,7 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
                 TOOL_APPROVAL,
                 f"The model wants to call {chosen.name}({tool_call.arguments}). Allow it?",
                 {"tool": chosen.name, "arguments": shown},
+                at=path,  # this tool call's own position: its answer answers it alone
             )
             if not answer.approved:
                 why = f": {answer.value}" if answer.value else ""

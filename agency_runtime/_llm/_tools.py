@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import from_json
 
+from .._core._jsondata import json_problem
 from .._errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -49,9 +51,14 @@ class Tool:
     def parse(self, text: str) -> dict[str, Any]:
         """The model's arguments (JSON text) validated: the keyword arguments to call with.
 
-        Raises ``ValidationError`` (or ``ValueError`` for text that is not JSON).
+        Raises ``ValidationError`` (or ``ValueError`` for text that is not JSON, or for
+        numbers JSON cannot hold: ``Infinity``, ``NaN``, ``1e400``, which are invalid
+        arguments to feed back like any other, DESIGN §11.1).
         """
         validated = self.arguments.model_validate_json(text or "{}")
+        problem = json_problem(from_json(text or "{}"))
+        if problem is not None:
+            raise ValueError(f"{problem}; send finite numbers")
         return {name: getattr(validated, name) for name in type(validated).model_fields}
 
 
