@@ -9,15 +9,16 @@ by its own code, and handlers nested more than ten deep raise ``HandlerRecursion
 When no handler decides, the run pauses: ``RunPaused`` travels to the run boundary, which
 stores the interrupt and returns ``RunResult(status="paused")``.
 
-An interrupt's identity is its *position* (DESIGN §11.1), never its content or the order
-of asking: the run, the address it is asked at and an ordinal among the asks at that
-address. ``agency.interrupt`` asks at its task's causal position (the frame's address,
-branch-qualified for a concurrent task, §10.2); the runtime's own questions ask at the
-call they are about (a tool approval at its tool call, a guard trip at the LLM call or
-round that tripped it). So an answer only ever answers the call it was given for, and a
-question skipped on replay (its tool call finished already) shifts no other ordinal.
-Once an answer is stored, the same position returns it (without running handlers) when
-the run continues.
+An interrupt's identity is its *position* (DESIGN §11.1), never its content or the order of
+asking: the run, the address it is asked at and an ordinal among the asks at that address.
+``agency.interrupt`` asks at its task's causal position (the frame's address, branch-
+qualified for a concurrent task, §10.2): a scope step, a tool call and a memory operation
+each run at their own address, so what they ask is numbered apart from their caller's. A
+tool approval is the first ask at its tool call's address; a guard trip is asked at the LLM
+call or tool round that tripped it (``ask(..., at=...)``). So an answer only ever answers
+the call it was given for, and a question skipped on replay (its tool call finished
+already) shifts no other ordinal. Once an answer is stored, the same position returns it
+(without running handlers) when the run continues.
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ async def ask(
     journal = journal_of(frame.ctx)
     if at is None:
         address = position_of(frame).address
-        key = _task_position(journal, address)
+        key = _task_position(journal, address, effect)
     else:
         address = at
         key = interrupt_id(journal.run_id or "", at, journal.ordinal(at, "interrupt"))
@@ -267,19 +268,20 @@ RUNTIME_EFFECTS = frozenset({"std::tool-approval", "std::guard"})
 """The runtime's own questions: asked at the call they are about (``ask(..., at=...)``)."""
 
 
-def _task_position(journal: RunJournal, address: str) -> str:
-    """The id of the next interrupt the current task asks at ``address``.
+def _task_position(journal: RunJournal, address: str, effect: str) -> str:
+    """The id of the next interrupt (``effect``) the current task asks at ``address``.
 
-    Before the third release the runtime's own questions were counted among the task's
-    asks. An answer such a question got there (a run paused before the upgrade) keeps its
-    ordinal, so the asks after it keep theirs, and is never handed to another question.
+    Before the third release the runtime's own questions were counted among their caller's
+    asks (a tool approval at the LLM call's address, a guard trip at the guard's). An
+    answer such a question got there (a run paused before the upgrade) keeps its ordinal,
+    so the asks after it keep theirs, and is never handed to another kind of question.
     """
     branch, ordinal = journal.count(address, "interrupt")
     run_id = journal.run_id or ""
     while True:
         key = interrupt_id(run_id, address, qualify(branch, str(ordinal)))
         before = journal.asked.get(key)
-        if before is None or before.effect not in RUNTIME_EFFECTS:
+        if before is None or before.effect not in RUNTIME_EFFECTS or before.effect == effect:
             return key
         ordinal = journal.ordinal(address, "interrupt", branch)
 

@@ -37,7 +37,7 @@ from .._core import _observe
 from .._core._branches import qualify
 from .._core._cancel import AbortSignal, abort_reason, cancelled_by
 from .._core._changes import Change
-from .._core._frame import Frame, current_frame, position_of
+from .._core._frame import Frame, Position, current_frame, position_of, use_frame
 from .._core._jsondata import json_problem
 from .._core._money import pico_to_usd, usd_to_pico
 from .._core._threads import Message, MessageContent, MessageThread
@@ -525,11 +525,10 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
 
             shown = from_json_safe(tool_call.arguments)
             answer = await ask(
-                call.frame,
+                tool_frame,  # the tool call's own position: its answer answers it alone
                 TOOL_APPROVAL,
                 f"The model wants to call {chosen.name}({tool_call.arguments}). Allow it?",
                 {"tool": chosen.name, "arguments": shown},
-                at=path,  # this tool call's own position: its answer answers it alone
             )
             if not answer.approved:
                 why = f": {answer.value}" if answer.value else ""
@@ -552,13 +551,21 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
 
     name = tool_call.name if chosen is None else chosen.name
     path = f"{call.path}/tool#{index}"
+    # The call runs at its own address, like a scope step or a memory operation: what the
+    # tool asks, calls or counts is numbered under it, apart from its caller's (a finished
+    # call replays without running, so it must shift none of the caller's ordinals).
+    tool_frame = call.frame.evolve(position=Position(position_of(call.frame).scope, path))
+
+    async def in_frame() -> str:
+        with use_frame(tool_frame):
+            return await execute()
 
     def unit() -> Awaitable[str]:
         return journaled(
             call.frame,
             path,
             f"tool:{name}",
-            execute,
+            in_frame,
             encode=lambda text: text,
             decode=str,
             callsite=tool_call.id,

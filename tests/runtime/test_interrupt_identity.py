@@ -311,7 +311,67 @@ def test_an_answer_recorded_before_the_upgrade_keeps_its_place() -> None:
     legacy = interrupt_id("old", "", 0)
     journal.asked[legacy] = Interrupt(interrupt_id=legacy, effect="std::tool-approval")
     journal.answers[legacy] = approve()
-    assert _task_position(journal, "") == interrupt_id("old", "", 1)
-    assert _task_position(journal, "") == interrupt_id("old", "", 2)
+    assert _task_position(journal, "", "confirm") == interrupt_id("old", "", 1)
+    assert _task_position(journal, "", "confirm") == interrupt_id("old", "", 2)
     fresh = RunJournal("old")
-    assert _task_position(fresh, "") == legacy
+    assert _task_position(fresh, "", "confirm") == legacy
+
+
+async def careful_refund(order: str) -> str:
+    """Refund an order after asking."""
+    asked = await agency.interrupt("refund-ok", f"refund {order}?")
+    RAN[f"careful {order} {asked.approved}"] += 1
+    return "refunded" if asked.approved else "kept"
+
+
+@agency.entry
+async def tool_asks_then_confirm() -> str:
+    answer = await agency.llm("Refund", model="fake/identity", tools=[careful_refund])
+    confirmed = await agency.interrupt("confirm", "send the receipt?")
+    return f"{answer} / {confirmed.approved}"
+
+
+async def test_an_interrupt_inside_a_tool_is_asked_at_that_tool_call(store: Store) -> None:
+    replies = [[FakeToolCall("careful_refund", {"order": "1"})] * 2, "Refunded."]
+    with FakeModel("identity", replies=replies):
+        result = await agency.run(tool_asks_then_confirm, run_id="inner", store=store)
+        asked: list[str] = []
+        while result.status == "paused":
+            (pending,) = result.interrupts
+            asked.append(pending.message)
+            verdict = reject() if len(asked) == 2 else approve()
+            result = await agency.respond_to_interrupts(
+                result, {pending.interrupt_id: verdict}, store=store
+            )
+    assert (result.status, result.value) == ("completed", "Refunded. / True"), result.error
+    assert asked == ["refund 1?", "refund 1?", "send the receipt?"]
+    assert dict(RAN) == {"careful 1 True": 1, "careful 1 False": 1}
+
+
+async def summarize(text: str) -> str:
+    """Summarize a text with another model call."""
+    RAN["summarize"] += 1
+    return str(await agency.llm(f"Summarize: {text}", model="fake/inner"))
+
+
+@agency.entry
+async def tool_calls_the_model() -> list[str]:
+    first = await agency.llm("Go", model="fake/identity", tools=[summarize])
+    final = await agency.llm("And now?", model="fake/identity")
+    confirmed = await agency.interrupt("confirm", "keep it?")
+    return [str(first), str(final), str(confirmed.approved)]
+
+
+async def test_a_model_call_inside_a_tool_is_numbered_under_that_call(store: Store) -> None:
+    """Counted at the caller's address, the inner call took the ordinal the caller's next
+    call has on replay (the finished tool does not run then): a silently wrong answer."""
+    outer = [[FakeToolCall("summarize", {"text": "long"})], "Summarized.", "The final word."]
+    with (
+        FakeModel("identity", replies=outer),
+        FakeModel("inner", replies=["short"]) as inner,
+    ):
+        paused = await agency.run(tool_calls_the_model, run_id="nested", store=store)
+        done = await _answer_all(paused, store)
+    assert done.value == ["Summarized.", "The final word.", "True"]
+    assert len(inner.calls) == 1
+    assert dict(RAN) == {"summarize": 1}
