@@ -14,6 +14,11 @@ memory recalled. A message ``slow …`` takes :data:`SLOW` seconds to answer; a 
 makes the first process that answers it write its pid to ``HANG_FILE`` (in the directory
 above READY_FILE's, shared by the children) and hang there until it is killed — later
 processes answer it normally.
+
+Each ticket a conversation's lock queue gives this process is reported as a line of
+``TICKETS_FILE`` (beside READY_FILE), so the test sends the next update only once the last
+one has taken its place in the queue: "arrival order" is then the order the updates were
+sent, however slowly a busy machine runs the servers.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from agency_runtime import Store, open_store
 from turn_kit import TurnArgs, agency_ctx
 from turn_kit.telegram import (
     BotApiTransport,
@@ -42,6 +48,7 @@ SECRET = "hook"
 SLOW = 0.15
 NAMESPACE = "scale"
 HANG_FILE = "hang.pid"
+TICKETS_FILE = "tickets"
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -130,10 +137,26 @@ async def serve_http(app: Any, ready: Path) -> None:
         await listener.serve(handle)
 
 
-async def main(mode: str, store: str, api: str, ready: Path) -> None:
+def reporting_tickets(url: str, tickets: Path) -> Store:
+    """The store at ``url``, writing a line to ``tickets`` for every lock ticket it gives."""
+    store = open_store(url)
+    enqueue = store.enqueue_lock
+
+    async def enqueue_lock(name: str, owner: str, lease_seconds: float) -> int:
+        ticket = await enqueue(name, owner, lease_seconds)
+        with tickets.open("a") as out:
+            out.write(f"{name} {ticket}\n")
+        return ticket
+
+    store.enqueue_lock = enqueue_lock  # type: ignore[method-assign]
+    return store
+
+
+async def main(mode: str, url: str, api: str, ready: Path) -> None:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format=f"{os.getpid()} %(name)s %(message)s"
     )
+    store = reporting_tickets(url, ready.with_name(TICKETS_FILE))
     adapter = create_telegram_turn_adapter(
         namespace=NAMESPACE,
         owner_chat=OWNER,

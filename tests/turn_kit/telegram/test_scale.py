@@ -109,6 +109,16 @@ def ready(here: Path) -> str | None:
     return file.read_text() if file.exists() else None
 
 
+def tickets(started: list[tuple[ForkedProcess, Path]]) -> int:
+    """How many lock tickets the children took so far (``scale_app.TICKETS_FILE``)."""
+    total = 0
+    for _, here in started:
+        file = here / scale_app.TICKETS_FILE
+        if file.exists():
+            total += file.read_text().count("\n")
+    return total
+
+
 def replies(api: FakeBotApi) -> dict[int | None, list[str]]:
     out: dict[int | None, list[str]] = {}
     for message in api.sent:
@@ -165,9 +175,17 @@ async def test_webhook_servers_on_one_store_answer_once_in_arrival_order(
                 with anyio.fail_after(DEADLINE):
                     async with anyio.create_task_group() as group:
                         for (_, text, servers), update in zip(plan, updates, strict=True):
+                            queued = tickets(started) + len(servers)
                             for server in servers:
                                 group.start_soon(post, ports[server], update, text)
-                            await anyio.sleep(0.05)  # the next update arrives 50 ms later
+                            # The next update arrives once this one took its place in the
+                            # queue (one ticket per server it went to), not after a fixed
+                            # time, which a busy machine would outrun.
+                            await until(
+                                f"the ticket of {text!r}",
+                                lambda n=queued: tickets(started) >= n,
+                                children,
+                            )
         finally:
             stop(children)
         sent = replies(api)
