@@ -718,20 +718,17 @@ async def with_transient_retries(
         except ProviderError as exc:
             original = exc.original
             reason = mask(f"{type(original).__name__}: {original}", key)
-            cause = _cause(original, key)
-            if not exc.transient:
+            if not exc.transient or attempt == TRANSIENT_ATTEMPTS:
+                times = f" {attempt} times" if exc.transient else ""
                 failure = LLMCallError(
-                    f"the {what} to {model!r} failed: {reason}", model=model, attempts=attempt
-                )
-            elif attempt == TRANSIENT_ATTEMPTS:
-                failure = LLMCallError(
-                    f"the {what} to {model!r} failed {attempt} times: {reason}",
+                    f"the {what} to {model!r} failed{times}: {reason}",
                     model=model,
                     attempts=attempt,
                 )
+                cause = _cause(original, key)
             else:
                 logger.info("transient error from %r (attempt %d): %s", model, attempt, reason)
-                cause = _cause(exc, key)
+                cause = _cause(exc, key)  # what a cancelled backoff's error is chained to
         except (AgencyError, anyio.get_cancelled_exc_class()):
             raise
         except Exception as exc:
