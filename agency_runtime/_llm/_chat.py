@@ -54,6 +54,7 @@ from .._errors import (
     ToolRoundsExceededError,
 )
 from .._guards import CostGuard, charge, gate
+from .._secrets import mask, quotes
 from ._model import Model, resolve_model
 from ._registry import provider_for
 from ._tools import Tool, ValidationFailure, as_tools
@@ -67,7 +68,6 @@ __all__ = [
     "MAX_TOOL_ROUNDS",
     "bill",
     "llm",
-    "scrub",
     "with_transient_retries",
 ]
 
@@ -668,33 +668,25 @@ def _warn_unpriced(model: Model | str, frame: Frame | None) -> None:
         )
 
 
-def scrub(text: str, secret: SecretStr | None) -> str:
-    """``text`` with ``secret``'s value masked (a provider's error may quote the key)."""
-    if secret is None:
-        return text
-    value = secret.get_secret_value()
-    return text.replace(value, "**********") if value else text
-
-
 class _ScrubbedError(Exception):
     """A provider's error that quoted the model's api_key, the key masked (its chain cut)."""
 
 
-def _cause(original: BaseException, secret: SecretStr | None) -> BaseException:
+def _cause(original: BaseException, key: str | None) -> BaseException:
     """What an :class:`LLMCallError` is chained to: the provider's exception, or a stand-in
-    with the key masked when its message (or an exception it chains) quotes the key, so a
-    traceback never shows it."""
-    value = None if secret is None else secret.get_secret_value()
-    if not value:
+    with the key masked when its message, arguments or notes (or those of an exception it
+    chains) quote the key in any case, so a traceback never shows it."""
+    if not key:
         return original
     seen: BaseException | None = original
     for _ in range(16):
         if seen is None:
             return original
-        if value in f"{seen} {seen.args!r}":
+        notes = getattr(seen, "__notes__", None)
+        if quotes(f"{seen} {seen.args!r} {notes!r}", key):
             break
         seen = seen.__cause__ or seen.__context__
-    return _ScrubbedError(scrub(f"{type(original).__qualname__}: {original}", secret))
+    return _ScrubbedError(mask(f"{type(original).__qualname__}: {original}", key))
 
 
 async def with_transient_retries(
@@ -713,12 +705,17 @@ async def with_transient_retries(
     :class:`LLMCallError` chained to the provider library's original exception; any other
     exception a provider lets out (not an :class:`AgencyError`) is permanent too. When
     ``signal`` fires the call and the backoff sleep stop and its reason is raised.
-    ``secret`` (the model's api_key) is masked in every message that quotes the provider.
+    ``secret`` (the model's api_key) is masked, in any case, in every message that quotes
+    the provider, and in the exceptions the error chains (see :func:`_cause`). Errors are
+    raised outside the ``except`` clause that caught the provider's, so the provider's
+    exception is not their ``__context__`` either.
     """
     delay = BACKOFF_BASE
+    key = None if secret is None else secret.get_secret_value()
     for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
         if signal is not None:
             signal.raise_if_aborted()
+        failure: LLMCallError | None = None
         try:
             if signal is None:
                 return await call()
@@ -729,34 +726,37 @@ async def with_transient_retries(
             return result
         except ProviderError as exc:
             original = exc.original
-            reason = scrub(f"{type(original).__name__}: {original}", secret)
-            if not exc.transient:
-                raise LLMCallError(
-                    f"the {what} to {model!r} failed: {reason}", model=model, attempts=attempt
-                ) from _cause(original, secret)
-            if attempt == TRANSIENT_ATTEMPTS:
-                raise LLMCallError(
-                    f"the {what} to {model!r} failed {attempt} times: {reason}",
+            reason = mask(f"{type(original).__name__}: {original}", key)
+            if not exc.transient or attempt == TRANSIENT_ATTEMPTS:
+                times = f" {attempt} times" if exc.transient else ""
+                failure = LLMCallError(
+                    f"the {what} to {model!r} failed{times}: {reason}",
                     model=model,
                     attempts=attempt,
-                ) from _cause(original, secret)
-            logger.info("transient error from %r (attempt %d): %s", model, attempt, reason)
-            if signal is None:
-                await anyio.sleep(delay)
+                )
+                cause = _cause(original, key)
             else:
-                with cancelled_by(signal) as scope:
-                    await anyio.sleep(delay)
-                if scope.cancelled_caught:
-                    raise abort_reason(signal) from exc
-            delay = min(delay * 2, BACKOFF_CAP)
+                logger.info("transient error from %r (attempt %d): %s", model, attempt, reason)
+                cause = _cause(exc, key)  # what a cancelled backoff's error is chained to
         except (AgencyError, anyio.get_cancelled_exc_class()):
             raise
         except Exception as exc:
-            raise LLMCallError(
-                scrub(f"the {what} to {model!r} failed: {type(exc).__name__}: {exc}", secret),
+            failure = LLMCallError(
+                mask(f"the {what} to {model!r} failed: {type(exc).__name__}: {exc}", key),
                 model=model,
                 attempts=attempt,
-            ) from _cause(exc, secret)
+            )
+            cause = _cause(exc, key)
+        if failure is not None:
+            raise failure from cause
+        if signal is None:
+            await anyio.sleep(delay)
+        else:
+            with cancelled_by(signal) as scope:
+                await anyio.sleep(delay)
+            if scope.cancelled_caught:
+                raise abort_reason(signal) from cause
+        delay = min(delay * 2, BACKOFF_CAP)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -53,6 +53,7 @@ from .._errors import (
     StoreError,
     StoreUnavailableError,
 )
+from .._secrets import mask
 from .._types import (
     Checkpoint,
     Claim,
@@ -68,7 +69,7 @@ from .._types import (
 )
 from ._pg_pool import AsyncPool
 from ._pg_schema import SCHEMA_VERSION, channel, migrate, quoted
-from ._redact import redact
+from ._redact import is_secret_parameter, redact
 from ._rows import (
     SCHEDULE_COLUMNS,
     error_json,
@@ -225,7 +226,7 @@ class PostgresStore:
     opening a connection and waiting for a free one. ``prepare=False`` makes no server-side
     prepared statements (for a pooler that cannot keep them: PgBouncer before 1.21 in
     transaction mode). ``clock`` stamps leases and times (default: the server's clock);
-    ``url`` is what :attr:`url` shows (password redacted).
+    ``url`` is what :attr:`url` shows (its secrets redacted).
     A server that cannot be reached raises :class:`~agency_runtime.StoreUnavailableError`.
     """
 
@@ -252,15 +253,17 @@ class PostgresStore:
         self._clock = clock
         self._url = redact(url or dsn)
         self._where = f"{self._url} (schema {schema!r})"
-        self._secret: str | None = None
+        self._secrets: tuple[str, ...] = ()
         try:
-            secret = conninfo_to_dict(dsn).get("password")
+            settings = conninfo_to_dict(dsn)
         except psycopg.Error as exc:
             raise StoreUnavailableError(
                 f"malformed PostgreSQL URL {self._url}: {self._scrub(str(exc))}; write "
                 "postgresql://user:password@host:5432/database"
             ) from None
-        self._secret = str(secret) if secret else None
+        self._secrets = tuple(
+            str(value) for name, value in settings.items() if value and is_secret_parameter(name)
+        )
         self._dsn = dsn
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
@@ -336,7 +339,7 @@ class PostgresStore:
 
     @property
     def url(self) -> str:
-        """The URL this store was opened from, its password replaced by ``***``."""
+        """The URL this store was opened from, its secrets replaced by ``***``."""
         return self._url
 
     @property
@@ -345,8 +348,9 @@ class PostgresStore:
         return self._schema
 
     def _scrub(self, text: str) -> str:
-        """``text`` without the password (a server's message may quote the DSN)."""
-        return text.replace(self._secret, "***") if self._secret else text
+        """``text`` without the password, the SSL key's password or another secret setting,
+        in any case (a server's message may quote the DSN)."""
+        return mask(text, *self._secrets, shown="***")
 
     def _now_param(self) -> float | None:
         return None if self._clock is None else self._clock.time()

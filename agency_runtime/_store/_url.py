@@ -125,33 +125,33 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
     if scheme == "memory":
         if "://" not in url:
             raise InvalidArgumentError(
-                f"malformed store URL {url!r}: write memory:// or memory://NAME"
+                f"malformed store URL {redact(url)!r}: write memory:// or memory://NAME"
             )
         if options:
             raise InvalidArgumentError(
-                f"the memory store takes no options, got {sorted(options)} in {url!r}"
+                f"the memory store takes no options, got {sorted(options)} in {redact(url)!r}"
             )
         return "memory", unquote(parts.netloc + parts.path), {}
     if scheme == "sqlite":
         if not url.lower().startswith("sqlite:///") or parts.netloc:
             raise InvalidArgumentError(
-                f"malformed SQLite store URL {url!r}: write sqlite:///relative/path.db "
+                f"malformed SQLite store URL {redact(url)!r}: write sqlite:///relative/path.db "
                 "(three slashes) or sqlite:////absolute/path.db (four slashes)"
             )
         path = unquote(parts.path[1:])
         if "\x00" in path:
             raise InvalidArgumentError(
-                f"the SQLite store URL {url!r} names a path with a NUL character (%00), which "
-                "no file system accepts"
+                f"the SQLite store URL {redact(url)!r} names a path with a NUL character (%00), "
+                "which no file system accepts"
             )
         if not path or path.endswith("/"):
             raise InvalidArgumentError(
-                f"the SQLite store URL {url!r} names no file: write sqlite:///path/to/agency.db"
+                f"the SQLite store URL {redact(url)!r} names no file: write sqlite:///path/to/agency.db"
             )
         unknown = sorted(set(options) - {"synchronous", "busy_timeout"})
         if unknown:
             raise InvalidArgumentError(
-                f"unknown option(s) {unknown} in the SQLite store URL {url!r}; "
+                f"unknown option(s) {unknown} in the SQLite store URL {redact(url)!r}; "
                 "known: synchronous, busy_timeout"
             )
         return "sqlite", path, options
@@ -162,7 +162,7 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
                 "postgresql://user:password@host:5432/database"
             )
         return "postgresql", parts.netloc + parts.path, options
-    shown = f"{scheme}://" if scheme else repr(url)
+    shown = f"{scheme}://" if scheme else repr(redact(url))
     raise InvalidArgumentError(f"unknown store URL scheme {shown}: use {_SCHEMES}")
 
 
