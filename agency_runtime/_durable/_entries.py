@@ -167,10 +167,12 @@ class EntryRegistry:
     def import_app_modules(self, names: Iterable[str]) -> list[ModuleType]:
         """Import the application modules ``names`` and mark them as the application's.
 
-        Each name is a module (``myapp.workflows``; its submodules count too) or a script path
-        (``examples/order_workflow.py``). Importing runs their ``@agency.entry`` declarations, and
-        a run whose recorded entry lives in one of them may then be continued. This is what the
-        CLI's ``--import MODULE`` and the ``AGENCY_IMPORTS`` variable do.
+        Each name is a module (``myapp.workflows``; its submodules count too, wherever they are
+        installed, and one not imported yet is read before it is imported, like a file under
+        the working directory) or a script path (``examples/order_workflow.py``). Importing runs
+        their ``@agency.entry`` declarations, and a run whose recorded entry lives in one of them
+        may then be continued. This is what the CLI's ``--import MODULE`` and the
+        ``AGENCY_IMPORTS`` variable do.
         """
         modules: list[ModuleType] = []
         for raw in names:
