@@ -960,6 +960,134 @@ def test_only_declared_entries_resume_in_a_new_process(
     assert "value: 41" in moved.stdout  # the name found the function where it lives now
 
 
+def _runs_on_import(marker: Path) -> str:
+    """A top-level line of a module that leaves ``marker`` behind when the module is imported."""
+    return f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+
+
+@pytest.mark.slow
+def test_a_tampered_entry_under_the_working_directory_is_refused_before_its_module_runs(
+    url: str, runs: dict[str, str], tmp_path: Path, fork_server: ForkServer
+) -> None:
+    """Naming an undeclared function of a file under the working directory makes the CLI run
+    nothing of that file: a script with side effects at import is never imported."""
+    (tmp_path / "trust_side_effect.py").write_text(
+        _runs_on_import(tmp_path / "module.ran") + "def undeclared(item):\n    return item\n"
+    )
+    (tmp_path / "trust_pkg").mkdir()
+    (tmp_path / "trust_pkg" / "__init__.py").write_text(_runs_on_import(tmp_path / "pkg.ran"))
+    (tmp_path / "trust_pkg" / "tools.py").write_text(
+        _runs_on_import(tmp_path / "tools.ran") + "def wipe(item):\n    return item\n"
+    )
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "cleanup.py").write_text(
+        _runs_on_import(tmp_path / "script.ran") + "def main(item):\n    return item\n"
+    )
+
+    _edit_row(url, "paused-1", entry="trust_side_effect:undeclared")
+    answered = _agency(
+        fork_server, "runs", "respond", "paused-1", "--approve", "--store", url, cwd=tmp_path
+    )
+    assert answered.returncode == 1, answered.stdout + answered.stderr
+    message = answered.stderr
+    assert message.startswith(
+        "agency: error: the stored entry 'trust_side_effect:undeclared' is not declared as an "
+        f"entry in {tmp_path / 'trust_side_effect.py'}"
+    )
+    assert "the module was not imported and nothing ran" in message
+    for how in ("@agency.entry", "agency.register_entry(fn)", "--import MODULE", "AGENCY_IMPORTS"):
+        assert how in message
+    assert "Traceback" not in message
+    for ref in ("trust_pkg.tools:wipe", f"{tmp_path / 'scripts' / 'cleanup.py'}:main"):
+        _edit_row(url, "failed-1", entry=ref)
+        resumed = _agency(
+            fork_server, "runs", "resume", "failed-1", "--store", url, "--json", cwd=tmp_path
+        )
+        assert resumed.returncode == 1, resumed.stderr
+        error = json.loads(resumed.stdout)["error"]
+        assert error["type"] == "EntryNotAllowedError"
+        assert f"the stored entry {ref!r} is not declared" in error["message"]
+    assert sorted(tmp_path.glob("*.ran")) == []  # not a module, a package or a script ran
+    assert anyio.run(lambda: agency.runs.get("paused-1", store=url)).status == "paused"
+
+
+_SCANNED_APP = """
+from agency_runtime import agency
+
+
+def helper(item: str) -> str:
+    return f"helped {item}"
+
+
+class Shipping:
+    @staticmethod
+    @agency.entry
+    def ship(item: str) -> str:
+        return f"shipped {item} from the scanned module"
+"""
+
+
+@pytest.mark.slow
+def test_a_module_whose_source_declares_the_entry_is_imported_to_continue_the_run(
+    url: str, runs: dict[str, str], tmp_path: Path, fork_server: ForkServer
+) -> None:
+    """The module is read first: imported for an entry it declares (its top-level code then
+    runs, the documented residual risk), not for another function of it."""
+    marker = tmp_path / "scanned.ran"
+    (tmp_path / "trust_scanned.py").write_text(_runs_on_import(marker) + _SCANNED_APP)
+
+    _edit_row(url, "failed-1", entry="trust_scanned:helper")
+    refused = _agency(fork_server, "runs", "resume", "failed-1", "--store", url, cwd=tmp_path)
+    assert refused.returncode == 1
+    assert "'trust_scanned:helper' is not declared as an entry in" in refused.stderr
+    assert not marker.exists()
+
+    _edit_row(url, "failed-1", entry="trust_scanned:Shipping.ship")
+    done = _agency(fork_server, "runs", "resume", "failed-1", "--store", url, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "run failed-1: completed" in done.stdout
+    assert 'value: "shipped tea from the scanned module"' in done.stdout
+    assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "qualname", "declared"),
+    [
+        ("@agency.entry\ndef job(): ...", "job", True),
+        ("@agency.entry(name='refund')\nasync def job(): ...", "job", True),
+        ("@entry\ndef job(): ...", "job", True),
+        ("def job(): ...\nagency.register_entry(job)", "job", True),
+        ("def job(): ...\nregister_entry(job, name='refund')", "job", True),
+        ("def job(): ...\njob = agency.entry(job)", "job", True),
+        ("class Jobs:\n    @agency.entry\n    def run(self): ...", "Jobs.run", True),
+        (
+            "try:\n    import x\nexcept ImportError:\n    @agency.entry\n    def job(): ...",
+            "job",
+            True,
+        ),
+        ("def job(): ...", "job", False),
+        ("@agency.entry\ndef job(): ...\ndef other(): ...", "other", False),
+        ("@agency.entry\ndef job(): ...\ndef job(): ...", "job", False),  # redefined plain
+        (
+            "def job(): ...\nif __name__ == '__main__':\n    agency.register_entry(job)",
+            "job",
+            False,
+        ),
+        ("def job(): ...\ndef setup():\n    agency.register_entry(job)", "job", False),
+        ("class Jobs:\n    @agency.entry\n    def run(self): ...", "run", False),
+        ("@agency.entry\ndef run(): ...", "Jobs.run", False),
+    ],
+)
+def test_the_source_says_whether_a_module_declares_an_entry(
+    tmp_path: Path, source: str, qualname: str, declared: bool
+) -> None:
+    from agency_runtime._durable._entry_source import declares
+
+    path = tmp_path / "app.py"
+    path.write_text(source + "\n")  # read, never run: no imports needed
+    assert declares(path, qualname) is declared
+
+
 _OUTSIDE_APP = """
 import pathlib
 

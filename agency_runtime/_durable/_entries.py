@@ -4,9 +4,12 @@ The store is data, never code (DESIGN §10.2). A run recorded in the store is co
 with an entry this application declared (``@agency.entry``, ``agency.register_entry``) or one
 this process already ran, and a recorded module is imported only when it belongs to the
 application: a file under the working directory, a module named by ``--import`` /
-``AGENCY_IMPORTS`` (:meth:`EntryRegistry.import_app_modules`), or ``agency_runtime`` /
-``turn_kit`` themselves — never a standard-library or installed module by the store's
-say-so. One :class:`EntryRegistry` per process holds what was declared, run and named; the
+``AGENCY_IMPORTS`` (:meth:`EntryRegistry.import_app_modules`, imported up front), or
+``agency_runtime`` / ``turn_kit`` themselves — never a standard-library or installed module by
+the store's say-so. A module not imported yet (other than ours) is imported only when its
+source, read without running it (:mod:`._entry_source`), declares the recorded entry, so a
+tampered row cannot make the process run the top-level code of any file under the working
+directory. One :class:`EntryRegistry` per process holds what was declared, run and named; the
 composition root (:mod:`agency_runtime._boundary._runtime`) owns it.
 """
 
@@ -49,8 +52,10 @@ IMPORTS_ENV = "AGENCY_IMPORTS"
 
 _HOW_TO_DECLARE = (
     "decorate it with @agency.entry (or @agency.entry(name=...)), or call "
-    "agency.register_entry(fn); if its module is not under the working directory, name the "
-    f"module with `--import MODULE` (agency runs resume/respond) or {IMPORTS_ENV}=MODULE"
+    "agency.register_entry(fn) at the top level of its module; if its module is not under the "
+    "working directory, or declares its entries some other way, name the module with "
+    f"`--import MODULE` (agency runs resume/respond) or {IMPORTS_ENV}=MODULE, which imports it "
+    "up front"
 )
 
 _REMEMBER_LIMIT = 4096
@@ -162,10 +167,12 @@ class EntryRegistry:
     def import_app_modules(self, names: Iterable[str]) -> list[ModuleType]:
         """Import the application modules ``names`` and mark them as the application's.
 
-        Each name is a module (``myapp.workflows``; its submodules count too) or a script path
-        (``examples/order_workflow.py``). Importing runs their ``@agency.entry`` declarations, and
-        a run whose recorded entry lives in one of them may then be continued. This is what the
-        CLI's ``--import MODULE`` and the ``AGENCY_IMPORTS`` variable do.
+        Each name is a module (``myapp.workflows``; its submodules count too, wherever they are
+        installed, and one not imported yet is read before it is imported, like a file under
+        the working directory) or a script path (``examples/order_workflow.py``). Importing runs
+        their ``@agency.entry`` declarations, and a run whose recorded entry lives in one of them
+        may then be continued. This is what the CLI's ``--import MODULE`` and the
+        ``AGENCY_IMPORTS`` variable do.
         """
         modules: list[ModuleType] = []
         for raw in names:
@@ -294,7 +301,7 @@ class EntryRegistry:
     def find(self, run_id: str, ref: str) -> Callable[..., Any]:
         """The entry to continue ``run_id`` with, whose recorded reference is ``ref``.
 
-        A known entry (:func:`known_entry`), else one found after importing the modules
+        A known entry (:meth:`known`), else one found after importing the modules
         ``AGENCY_IMPORTS`` names, else imported by ``ref`` when its module belongs to the
         application and the target is declared. Raises :class:`EntryNotAllowedError` otherwise.
         """
@@ -311,7 +318,8 @@ class EntryRegistry:
         """Import the entry ``module:qualname`` (the module part may be a script path).
 
         Only a module of the application is imported, and only a declared entry is returned
-        (see :func:`find_entry`); a ``ref`` without ``:`` is an entry name, which is never
+        (see :meth:`find`); a module not imported yet only when its source declares the entry
+        (:func:`_check_source`). A ``ref`` without ``:`` is an entry name, which is never
         imported: the module declaring it must be imported already.
         """
         module_name, sep, qualname = ref.rpartition(":")
@@ -338,6 +346,7 @@ class EntryRegistry:
             self._check_script(ref, module_name)
         else:
             self._check_module(ref, module_name)
+        _check_source(ref, module_name, qualname, script=script)
         try:
             module = _import_script(module_name) if script else importlib.import_module(module_name)
             target: Any = module
@@ -440,13 +449,51 @@ def _refuse_module(ref: str, module: str, why: str) -> EntryNotAllowedError:
     )
 
 
-def _import_script(path: str) -> ModuleType:
-    """Load the script ``path`` as a module (its ``if __name__ == "__main__"`` block does not
-    run), once per process."""
+def _check_source(ref: str, module_name: str, qualname: str, *, script: bool) -> None:
+    """Refuse ``ref`` before its module is imported, unless importing it runs no code that has
+    not run already, or the module's source declares ``qualname`` as an entry.
+
+    Already imported (a module named with ``--import`` / ``AGENCY_IMPORTS`` is, up front), or
+    one of our own packages: nothing new runs. Otherwise the source is read with :mod:`ast`,
+    never executed; only a module that declares the entry is then imported.
+    """
+    if script:
+        if _script_module_name(module_name) in sys.modules:
+            return
+    elif module_name in sys.modules or module_name.partition(".")[0] in OWN_PACKAGES:
+        return
+    from . import _entry_source  # on first use: it loads ast
+
+    source = _resolved(module_name) if script else _entry_source.module_source(module_name)
+    if source is None or source.suffix != ".py":
+        why = f"its Python source ({source or 'none found'}) cannot be read without running it"
+        raise _refuse_module(ref, module_name, why)
+    try:
+        declared = _entry_source.declares(source, qualname)
+    except (OSError, SyntaxError, ValueError) as exc:
+        why = f"its source {source} cannot be read ({type(exc).__name__}: {exc})"
+        raise _refuse_module(ref, module_name, why) from exc
+    if not declared:
+        raise EntryNotAllowedError(
+            f"the stored entry {ref!r} is not declared as an entry in {source} (read without "
+            "running it), so the module was not imported and nothing ran (the store is data, "
+            f"never code). To allow it, {_HOW_TO_DECLARE}"
+        )
+
+
+def _script_module_name(path: str) -> str:
+    """The name the script ``path`` is loaded under (in ``sys.modules``) by the runtime."""
     import hashlib  # on first use: it loads OpenSSL, which importing agency_runtime needs not
 
     path = os.path.abspath(path)
-    name = "_agency_entry_" + hashlib.blake2b(path.encode(), digest_size=8).hexdigest()
+    return "_agency_entry_" + hashlib.blake2b(path.encode(), digest_size=8).hexdigest()
+
+
+def _import_script(path: str) -> ModuleType:
+    """Load the script ``path`` as a module (its ``if __name__ == "__main__"`` block does not
+    run), once per process."""
+    path = os.path.abspath(path)
+    name = _script_module_name(path)
     existing = sys.modules.get(name)
     if existing is not None:
         return existing
