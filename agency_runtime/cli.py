@@ -47,14 +47,13 @@ import argparse
 import importlib
 import io
 import json
-import math
 import os
 import signal
 import sys
 import textwrap
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -65,7 +64,8 @@ from pydantic_core import to_json, to_jsonable_python
 
 from ._boundary._admin import MAX_LIST_LIMIT
 from ._boundary._runtime import RUNTIME
-from ._boundary._worker import Worker
+from ._boundary._worker import MAX_CONCURRENCY, Worker
+from ._bounds import MAX_INT, check_seconds, check_whole
 from ._core._money import PICO_PER_USD
 from ._errors import (
     AgencyError,
@@ -103,7 +103,7 @@ WIDTH = 100
 """The widest a table (or a line of ``runs show``) may be, in characters."""
 PREVIEW = 60
 """The widest a value preview may be in a table, in characters."""
-MAX_OFFSET = 2**63 - 1
+MAX_OFFSET = MAX_INT
 """The largest ``--offset`` (SQLite's largest integer)."""
 SIGPIPE_STATUS = 141
 """The exit status when the output was closed early (128 + SIGPIPE, as a shell reports it)."""
@@ -416,10 +416,13 @@ class _Commands:
                 str(r.tokens),
                 _when(r.created_at, "minutes"),
             ]
+            if r.damaged is None
+            else [r.run_id, r.status, r.entry or "-", "-", "-", "-", "-"]
             for r in records
         ]
         headers = ["run id", "status", "entry", "attempts", "cost", "tokens", "created"]
         self._cut_hint(_table(headers, rows, self.out, keep={0: "both", 2: "end"}, last=0))
+        self._damage_notes(r.run_id for r in records if r.damaged is not None)
         if len(records) == self.ns.limit:
             following = self.ns.offset + len(records)
             self._progress(f"(a full page of {len(records)} runs; the next: --offset {following})")
@@ -634,10 +637,18 @@ class _Commands:
                 s.queue,
                 _when(s.next_at),
             ]
+            if s.damaged is None
+            else [s.name, "damaged", s.entry or "-", s.queue, "-"]
             for s in schedules
         ]
         headers = ["name", "when", "entry", "queue", "next"]
         self._cut_hint(_table(headers, rows, self.out, keep={0: "both", 2: "end"}, last=2))
+        for s in schedules:
+            if s.damaged is not None:
+                self._progress(
+                    f"(schedule {s.name} is damaged: {_cut(s.damaged, 200)}; remove it with "
+                    f"`agency schedules remove {s.name}` and add it again)"
+                )
         return 0
 
     async def schedules_add(self) -> int:
@@ -724,6 +735,18 @@ class _Commands:
     def _progress(self, message: str) -> None:
         if not self.as_json:
             print(message, file=self.err, flush=True)
+
+    def _damage_notes(self, run_ids: Iterable[str]) -> None:
+        """Say, under a list, which runs are damaged and how to see what is wrong."""
+        damaged = list(run_ids)
+        if damaged:
+            shown = ", ".join(damaged[:5]) + (
+                f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+            )
+            self._progress(
+                f"({len(damaged)} damaged run(s): {shown}; `agency runs show ID` says what is "
+                "wrong with each)"
+            )
 
     def _cut_hint(self, cut: bool) -> None:
         if cut:
@@ -881,7 +904,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--concurrency",
-        type=_whole("--concurrency", 1, 10_000),
+        type=_whole("--concurrency", 1, MAX_CONCURRENCY),
         default=8,
         metavar="N",
         help="run at most N runs at once (default 8)",
@@ -932,7 +955,7 @@ def build_parser() -> argparse.ArgumentParser:
     timing = adding.add_mutually_exclusive_group(required=True)
     timing.add_argument("--cron", metavar="EXPR", help="a cron expression, e.g. '0 9 * * 1-5'")
     timing.add_argument(
-        "--every", type=_seconds("--every"), metavar="S", help="every S seconds (>= 1)"
+        "--every", type=_seconds("--every", low=1), metavar="S", help="every S seconds (>= 1)"
     )
     adding.add_argument("--args", metavar="JSON", help="positional arguments, a JSON list")
     adding.add_argument("--kwargs", metavar="JSON", help="keyword arguments, a JSON object")
@@ -1094,19 +1117,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _seconds(option: str, *, zero: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds > 0 (or >= 0 with ``zero``)."""
+def _seconds(option: str, *, zero: bool = False, low: float = 0.0) -> Callable[[str], float]:
+    """An argparse type: a number of seconds > 0 (>= 0 with ``zero``; >= ``low``) within
+    :data:`~agency_runtime._bounds.MAX_SECONDS`, checked as the library checks it."""
 
     def parse(text: str) -> float:
-        shown = _cut(text, 24)
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{shown!r} is not a number of seconds") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-            bound = ">= 0" if zero else "> 0"
-            raise argparse.ArgumentTypeError(f"{option} must be seconds {bound}, got {shown}")
-        return value
+            raise argparse.ArgumentTypeError(
+                f"{_cut(text, 24)!r} is not a number of seconds"
+            ) from None
+        try:
+            return check_seconds(value, option, positive=not zero, low=low)
+        except InvalidArgumentError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 
@@ -1115,14 +1140,14 @@ def _whole(option: str, low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high``."""
 
     def parse(text: str) -> int:
-        shown = _cut(text, 24)
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{shown!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{option} must be {low} to {high}, got {shown}")
-        return value
+            raise argparse.ArgumentTypeError(f"{_cut(text, 24)!r} is not a whole number") from None
+        try:
+            return check_whole(value, option, low, high)
+        except InvalidArgumentError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 
