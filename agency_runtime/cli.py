@@ -237,8 +237,15 @@ def _wrapped(label: str, text: str, indent: int, out: TextIO) -> None:
 
 
 def _dump(value: Any, out: TextIO) -> None:
-    """Print ``value`` as indented JSON."""
-    print(json.dumps(value, indent=2, ensure_ascii=False), file=out)
+    """Print ``value`` as indented JSON: characters as they are, unless the output cannot
+    take them (a lone surrogate a stored JSON text escaped, ``"\\ud800"``, is no character
+    at all): then as JSON escapes, which read back the same."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    try:
+        text.encode(getattr(out, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        text = json.dumps(value, indent=2)
+    print(text, file=out)
 
 
 def _arguments(text: str) -> str:
@@ -345,7 +352,13 @@ def _open_store(url: str | None, *, create: bool = False) -> Store:
     scheme, path, _options = _parse(url)
     if scheme == "sqlite" and path != ":memory:" and not create:
         file = Path(path).expanduser().resolve()
-        if not file.exists():
+        try:
+            found = file.exists()
+        except OSError as exc:  # not searchable, say: what sqlite would fail on too
+            raise StoreUnavailableError(
+                f"cannot look for the store at {file} (from {url!r}): {exc.strerror}"
+            ) from exc
+        if not found:
             raise StoreUnavailableError(
                 f"no store at {file} (from {url!r}): the file does not exist; "
                 "pass --store URL or set AGENCY_STORE"
@@ -607,10 +620,7 @@ class _Commands:
 
     async def send(self) -> int:
         """``agency runs send RUN_ID NAME [--payload JSON]``."""
-        try:
-            payload = None if self.ns.payload is None else json.loads(self.ns.payload)
-        except ValueError as exc:
-            raise UsageError(f"--payload is not JSON ({exc}): {_cut(self.ns.payload, 40)}") from exc
+        payload = None if self.ns.payload is None else _json_option("--payload", self.ns.payload)
         event = await agency.runs.send(self.ns.run_id, self.ns.name, payload, store=self.store)
         if self.as_json:
             _dump(_plain(event.model_dump()), self.out)
@@ -655,11 +665,8 @@ class _Commands:
         """``agency schedules add NAME ENTRY (--cron EXPR | --every S) ...``."""
         self._app_modules()
         ns = self.ns
-        try:
-            args = json.loads(ns.args) if ns.args is not None else []
-            kwargs = json.loads(ns.kwargs) if ns.kwargs is not None else {}
-        except ValueError as exc:
-            raise UsageError(f"--args and --kwargs must be JSON ({exc})") from exc
+        args = _json_option("--args", ns.args) if ns.args is not None else []
+        kwargs = _json_option("--kwargs", ns.kwargs) if ns.kwargs is not None else {}
         schedule = await agency.schedules.add(
             ns.name,
             ns.entry,
@@ -804,14 +811,20 @@ def _parse_value(text: str | None) -> Any:
         return text
 
 
+def _json_option(option: str, text: str) -> Any:
+    """The JSON value of ``option``'s ``text``; a UsageError (one line) when it is not JSON
+    or is nested past what the parser can hold."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} is not JSON ({exc}): {_preview(text)}") from None
+    except RecursionError:
+        raise UsageError(f"{option} is nested too deeply to be read: {_preview(text)}") from None
+
+
 def _parse_answers(text: str) -> dict[str, Any]:
     """``--answers``: a JSON object of interrupt id → ``{"type": ..., "value": ...}``."""
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"--answers is not valid JSON ({exc}): {_preview(text)}") from None
-    except RecursionError:
-        raise UsageError(f"--answers is nested too deeply: {_preview(text)}") from None
+    data = _json_option("--answers", text)
     if not isinstance(data, dict) or not data:
         raise UsageError(
             "--answers must be a JSON object keyed by interrupt id, like "

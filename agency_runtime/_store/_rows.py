@@ -140,8 +140,7 @@ def run_from(values: Mapping[str, Any]) -> RunRecord:
     problems: list[str] = []
     if data.get("status") not in _STATUSES:  # "damaged" too: it is never stored
         problems.append(
-            f"status: {shown(data.get('status'), 60)} is not a run status "
-            f"({', '.join(_STATUSES)})"
+            f"status: {shown(data.get('status'), 60)} is not a run status ({', '.join(_STATUSES)})"
         )
         del data["status"]
     for column, parse in _JSON_COLUMNS:
