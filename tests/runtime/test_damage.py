@@ -69,10 +69,12 @@ async def test_a_damaged_run_row_is_listed_damaged_and_the_others_read(
 
     listed = {r.run_id: r for r in await agency.runs.list(store=store)}
     assert set(listed) == {"good", "bad"}
-    assert listed["good"].status == "completed" and listed["good"].damaged is None
+    assert listed["good"].status == "completed"
+    assert listed["good"].damaged is None
     bad = listed["bad"]
     assert bad.status == "damaged"
-    assert bad.damaged is not None and what in bad.damaged
+    assert bad.damaged is not None
+    assert what in bad.damaged
     assert "\n" not in bad.damaged
     assert bad.entry.endswith(":adds")  # what could be read is kept
     completed = await store.list_runs(status="completed")  # by the stored status
@@ -109,7 +111,7 @@ async def test_a_damaged_schedule_is_listed_damaged_and_never_fired(store: Store
     assert "every: Input should be less than or equal to" in far.damaged
     far.next_time  # noqa: B018 - a damaged schedule still shows a date (its placeholder)
 
-    with pytest.raises(StoreError, match="the stored schedule 'far' is damaged: .*Remove it"):
+    with pytest.raises(StoreError, match=r"the stored schedule 'far' is damaged: .*Remove it"):
         await store.get_schedule("far")
     damage(store, "schedules", "name", "far", next_at=0.0)  # due now, every still absurd
     due = await store.due_schedules(["default"], now=10**10)
