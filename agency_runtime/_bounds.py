@@ -65,12 +65,18 @@ def check_seconds(
         or not low <= seconds <= high
         or (positive and seconds <= 0)
     ):
-        floor = "> 0" if positive and low <= 0 else f">= {low:g}"
+        floor = "> 0" if positive and low <= 0 else f">= {_number(low)}"
         years = f" ({high / MAX_SECONDS * 100:g} years)" if high >= 86_400 * 365 else ""
         raise InvalidArgumentError(
-            f"{what} must be a number of seconds {floor} and <= {high:g}{years}, got {shown(value)}"
+            f"{what} must be a number of seconds {floor} and <= {_number(high)}{years}, "
+            f"got {shown(value)}"
         )
     return float(seconds)
+
+
+def _number(value: float) -> str:
+    """``3155760000`` rather than ``3.15576e+09``: a whole bound in full."""
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:g}"
 
 
 def check_whole(value: object, what: str, low: int, high: int = MAX_INT) -> int:

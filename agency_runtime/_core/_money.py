@@ -25,7 +25,8 @@ def usd_to_pico(usd: float, *, what: str = "amount") -> int:
         )
     if not math.isfinite(usd) or usd < 0 or usd > MAX_USD:
         raise InvalidArgumentError(
-            f"{what} must be a finite number of US dollars from 0 to {MAX_USD:,}, got {usd!r}"
+            f"{what} must be a finite, non-negative number of US dollars, at most {MAX_USD:,}, "
+            f"got {usd!r}"
         )
     # repr() is the shortest decimal that round-trips, so 0.1 becomes exactly 10**11 pico.
     return int((Decimal(repr(float(usd))) * PICO_PER_USD).to_integral_value(ROUND_HALF_EVEN))
