@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 import anyio
 
+from ._bounds import check_seconds
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
 from ._core import _observe
 from ._core._cancel import AbortSignal
@@ -384,16 +385,6 @@ async def cost_guard(max_usd: float, *, label: str | None = None) -> AsyncIterat
         yield guard
 
 
-def _check_seconds(seconds: float, member: str) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise InvalidArgumentError(f"agency.{member}: seconds must be a number, got {seconds!r}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidArgumentError(
-            f"agency.{member}: seconds must be a positive number, got {seconds!r}"
-        )
-    return float(seconds)
-
-
 @asynccontextmanager
 async def time_guard(seconds: float, *, label: str | None = None) -> AsyncIterator[TimeGuard]:
     """``async with agency.time_guard(30):`` — cancel the block after ``seconds``.
@@ -404,7 +395,7 @@ async def time_guard(seconds: float, *, label: str | None = None) -> AsyncIterat
     when the work noticed the signal and stopped by itself. Exceptions from the block pass
     through unchanged.
     """
-    limit = _check_seconds(seconds, "time_guard()")
+    limit = check_seconds(seconds, "agency.time_guard(): seconds", positive=True)
     frame = current_frame("time_guard()")
     signal = AbortSignal(parent=frame.stack.abort_signal)
     guard = TimeGuard(

@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar, overload
 import anyio
 from anyio.lowlevel import RunVar
 
+from ._bounds import check_seconds
 from ._clock import SYSTEM_CLOCK, Clock
 from ._core._context import RuntimeContext, Slot
 from ._core._frame import Frame, call_in_frame, current_frame, current_frame_maybe
@@ -116,12 +117,7 @@ def _request(
         )
     limit: float | None = None
     if timeout is not None:
-        limit = _seconds(timeout, "timeout", member)
-        if limit < 0 or math.isinf(limit):
-            raise InvalidArgumentError(
-                f"agency.{member}: timeout must be 0 or more seconds (or None to wait "
-                f"forever), got {timeout!r}"
-            )
+        limit = check_seconds(timeout, f"agency.{member}: timeout (None: wait forever)")
     warn = 0.0 if warn_after is None else _seconds(warn_after, "warn_after", member)
     if scope not in ("run", "global"):
         raise InvalidArgumentError(
@@ -134,8 +130,8 @@ def _request(
             "drop it or pass scope='global'"
         )
     if lease is not None:
-        lease = _seconds(lease, "lease", member)
-        if not 0 < lease < math.inf or scope != "global":
+        lease = check_seconds(lease, f"agency.{member}: lease", positive=True)
+        if scope != "global":
             raise InvalidArgumentError(
                 f"agency.{member}: lease is a number of seconds > 0 for scope='global' locks, "
                 f"got {lease!r} with scope={scope!r}"

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._bounds import EARLIEST_TIME, LATEST_TIME, MAX_SECONDS
 from ._errors import RunFailedError, RunPausedError
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Schedule",
+    "Time",
 ]
 
 RunStatus = Literal["queued", "running", "waiting", "completed", "paused", "failed", "cancelled"]
@@ -47,6 +49,10 @@ or handed back by a draining worker). ``waiting``: parked by a worker in ``agenc
 ``agency.wait_for_event``; a worker continues it at ``wake_at`` or when the event comes."""
 
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "cancelled"})
+
+Time = Annotated[float, Field(allow_inf_nan=False, ge=EARLIEST_TIME, le=LATEST_TIME)]
+"""A stored time, seconds since the epoch: finite and within the years 1 to 9999, so it can
+always be shown as a date (a row holding another is damaged, see :attr:`RunRecord.damaged`)."""
 
 
 class DeferredModel(BaseModel):
@@ -306,12 +312,22 @@ class MemoryRecord(DeferredModel):
 
 
 class RunRecord(DeferredModel):
-    """A run as stored: identity, inputs, state, outcome, spend and lease."""
+    """A run as stored: identity, inputs, state, outcome, spend and lease.
+
+    A stored row that cannot be read back (edited by hand, written by a broken tool, a disk
+    fault) damages only itself: ``agency.runs.list`` (and the CLI's and the inspector's lists)
+    return it with ``status="damaged"`` and :attr:`damaged` saying what is wrong, keeping the
+    fields that could be read and the defaults for the others; opening it
+    (``agency.runs.get``, ``agency resume``, ...) raises :class:`StoreError` saying the same.
+    A damaged record is never stored, claimed or run.
+    """
 
     model_config = ConfigDict()
 
     run_id: str
-    status: RunStatus
+    status: RunStatus | Literal["damaged"] = Field(
+        description="The run's state; 'damaged' only on a row a list could not read."
+    )
     entry: str = Field(description="Where the entry lives, as 'module:qualname'.")
     arguments: str = Field(description='The JSON {"args": [...], "kwargs": {...}} given.')
     model: str | None = None
@@ -336,7 +352,7 @@ class RunRecord(DeferredModel):
         description="The queue whose workers run it (None: only agency.run/resume do).",
     )
     priority: int = Field(default=0, description="Within its queue, higher runs first.")
-    wake_at: float | None = Field(
+    wake_at: Time | None = Field(
         default=None,
         description="A waiting run: when a worker continues it (None: only an event wakes it).",
     )
@@ -345,11 +361,16 @@ class RunRecord(DeferredModel):
         description="A waiting run: the names of the events that wake it before wake_at.",
     )
     lease_owner: str | None = None
-    lease_expires_at: float | None = None
-    created_at: float = Field(default_factory=time.time)
-    started_at: float | None = None
-    finished_at: float | None = None
-    updated_at: float = Field(default_factory=time.time)
+    lease_expires_at: Time | None = None
+    created_at: Time = Field(default_factory=time.time)
+    started_at: Time | None = None
+    finished_at: Time | None = None
+    updated_at: Time = Field(default_factory=time.time)
+    damaged: str | None = Field(
+        default=None,
+        description="None for a readable row; for a row a list could not read (status "
+        "'damaged'), what is wrong with it. Never stored.",
+    )
 
     @property
     def is_final(self) -> bool:
@@ -427,6 +448,8 @@ class Schedule(DeferredModel):
 
     Exactly one of ``cron`` and ``every`` is set. Occurrence runs are queued in ``queue``
     with the run id ``"{name}@{ISO time}"``; ``next_at`` is the next occurrence not started.
+    A stored row that cannot be read back is listed with :attr:`damaged` saying what is
+    wrong (and defaults for what could not be read); it is never fired.
     """
 
     model_config = ConfigDict()
@@ -435,14 +458,19 @@ class Schedule(DeferredModel):
     entry: str = Field(description="The entry, as 'module:qualname' or its declared name.")
     arguments: str = Field(description='The JSON {"args": [...], "kwargs": {...}} given.')
     cron: str | None = Field(default=None, description="A cron expression (croniter's).")
-    every: float | None = Field(
+    every: Annotated[float, Field(allow_inf_nan=False, gt=0, le=MAX_SECONDS)] | None = Field(
         default=None, description="Seconds between occurrences, counted from the epoch."
     )
     timezone: str = Field(default="UTC", description="The time zone cron fields are read in.")
     queue: str = "default"
-    next_at: float = Field(description="Seconds since the epoch of the next occurrence.")
-    created_at: float = Field(default_factory=time.time)
-    updated_at: float = Field(default_factory=time.time)
+    next_at: Time = Field(description="Seconds since the epoch of the next occurrence.")
+    created_at: Time = Field(default_factory=time.time)
+    updated_at: Time = Field(default_factory=time.time)
+    damaged: str | None = Field(
+        default=None,
+        description="None for a readable row; for a row a list could not read, what is "
+        "wrong with it. Never stored.",
+    )
 
     @property
     def next_time(self) -> datetime:

@@ -24,6 +24,7 @@ import anyio
 import anyio.lowlevel
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from ._bounds import check_seconds
 from ._clock import Clock
 from ._core._frame import Frame, current_frame, position_of
 from ._core._jsondata import check_name, json_problem
@@ -35,7 +36,6 @@ from ._store import RunQueue
 __all__ = [
     "EVENT_POLL_SECONDS",
     "check_event_name",
-    "check_seconds",
     "encode_payload",
     "sleep",
     "wait_for_event",
@@ -44,23 +44,6 @@ __all__ = [
 EVENT_POLL_SECONDS = 0.5
 """How often a wait for an event looks at the store when no wake-up comes (events sent by
 another process to a store without notifications)."""
-
-
-def check_seconds(value: object, what: str) -> float:
-    """``value`` (seconds, or a ``timedelta``) as a float; an InvalidArgumentError unless it
-    is a finite number >= 0."""
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise InvalidArgumentError(
-            f"{what} must be a finite number of seconds >= 0 (or a timedelta), got {value!r}"
-        )
-    return float(value)
 
 
 def check_event_name(name: object) -> str:

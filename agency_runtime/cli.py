@@ -47,14 +47,13 @@ import argparse
 import importlib
 import io
 import json
-import math
 import os
 import signal
 import sys
 import textwrap
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -65,7 +64,8 @@ from pydantic_core import to_json, to_jsonable_python
 
 from ._boundary._admin import MAX_LIST_LIMIT
 from ._boundary._runtime import RUNTIME
-from ._boundary._worker import Worker
+from ._boundary._worker import MAX_CONCURRENCY, Worker
+from ._bounds import MAX_INT, check_seconds, check_whole
 from ._core._money import PICO_PER_USD
 from ._errors import (
     AgencyError,
@@ -103,7 +103,7 @@ WIDTH = 100
 """The widest a table (or a line of ``runs show``) may be, in characters."""
 PREVIEW = 60
 """The widest a value preview may be in a table, in characters."""
-MAX_OFFSET = 2**63 - 1
+MAX_OFFSET = MAX_INT
 """The largest ``--offset`` (SQLite's largest integer)."""
 SIGPIPE_STATUS = 141
 """The exit status when the output was closed early (128 + SIGPIPE, as a shell reports it)."""
@@ -237,8 +237,15 @@ def _wrapped(label: str, text: str, indent: int, out: TextIO) -> None:
 
 
 def _dump(value: Any, out: TextIO) -> None:
-    """Print ``value`` as indented JSON."""
-    print(json.dumps(value, indent=2, ensure_ascii=False), file=out)
+    """Print ``value`` as indented JSON: characters as they are, unless the output cannot
+    take them (a lone surrogate a stored JSON text escaped, ``"\\ud800"``, is no character
+    at all): then as JSON escapes, which read back the same."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    try:
+        text.encode(getattr(out, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        text = json.dumps(value, indent=2)
+    print(text, file=out)
 
 
 def _arguments(text: str) -> str:
@@ -345,7 +352,13 @@ def _open_store(url: str | None, *, create: bool = False) -> Store:
     scheme, path, _options = _parse(url)
     if scheme == "sqlite" and path != ":memory:" and not create:
         file = Path(path).expanduser().resolve()
-        if not file.exists():
+        try:
+            found = file.exists()
+        except OSError as exc:  # not searchable, say: what sqlite would fail on too
+            raise StoreUnavailableError(
+                f"cannot look for the store at {file} (from {url!r}): {exc.strerror}"
+            ) from exc
+        if not found:
             raise StoreUnavailableError(
                 f"no store at {file} (from {url!r}): the file does not exist; "
                 "pass --store URL or set AGENCY_STORE"
@@ -416,10 +429,13 @@ class _Commands:
                 str(r.tokens),
                 _when(r.created_at, "minutes"),
             ]
+            if r.damaged is None
+            else [r.run_id, r.status, r.entry or "-", "-", "-", "-", "-"]
             for r in records
         ]
         headers = ["run id", "status", "entry", "attempts", "cost", "tokens", "created"]
         self._cut_hint(_table(headers, rows, self.out, keep={0: "both", 2: "end"}, last=0))
+        self._damage_notes(r.run_id for r in records if r.damaged is not None)
         if len(records) == self.ns.limit:
             following = self.ns.offset + len(records)
             self._progress(f"(a full page of {len(records)} runs; the next: --offset {following})")
@@ -604,10 +620,7 @@ class _Commands:
 
     async def send(self) -> int:
         """``agency runs send RUN_ID NAME [--payload JSON]``."""
-        try:
-            payload = None if self.ns.payload is None else json.loads(self.ns.payload)
-        except ValueError as exc:
-            raise UsageError(f"--payload is not JSON ({exc}): {_cut(self.ns.payload, 40)}") from exc
+        payload = None if self.ns.payload is None else _json_option("--payload", self.ns.payload)
         event = await agency.runs.send(self.ns.run_id, self.ns.name, payload, store=self.store)
         if self.as_json:
             _dump(_plain(event.model_dump()), self.out)
@@ -634,21 +647,26 @@ class _Commands:
                 s.queue,
                 _when(s.next_at),
             ]
+            if s.damaged is None
+            else [s.name, "damaged", s.entry or "-", s.queue, "-"]
             for s in schedules
         ]
         headers = ["name", "when", "entry", "queue", "next"]
         self._cut_hint(_table(headers, rows, self.out, keep={0: "both", 2: "end"}, last=2))
+        for s in schedules:
+            if s.damaged is not None:
+                self._progress(
+                    f"(schedule {s.name} is damaged: {_cut(s.damaged, 200)}; remove it with "
+                    f"`agency schedules remove {s.name}` and add it again)"
+                )
         return 0
 
     async def schedules_add(self) -> int:
         """``agency schedules add NAME ENTRY (--cron EXPR | --every S) ...``."""
         self._app_modules()
         ns = self.ns
-        try:
-            args = json.loads(ns.args) if ns.args is not None else []
-            kwargs = json.loads(ns.kwargs) if ns.kwargs is not None else {}
-        except ValueError as exc:
-            raise UsageError(f"--args and --kwargs must be JSON ({exc})") from exc
+        args = _json_option("--args", ns.args) if ns.args is not None else []
+        kwargs = _json_option("--kwargs", ns.kwargs) if ns.kwargs is not None else {}
         schedule = await agency.schedules.add(
             ns.name,
             ns.entry,
@@ -725,6 +743,18 @@ class _Commands:
         if not self.as_json:
             print(message, file=self.err, flush=True)
 
+    def _damage_notes(self, run_ids: Iterable[str]) -> None:
+        """Say, under a list, which runs are damaged and how to see what is wrong."""
+        damaged = list(run_ids)
+        if damaged:
+            shown = ", ".join(damaged[:5]) + (
+                f" and {len(damaged) - 5} more" if len(damaged) > 5 else ""
+            )
+            self._progress(
+                f"({len(damaged)} damaged run(s): {shown}; `agency runs show ID` says what is "
+                "wrong with each)"
+            )
+
     def _cut_hint(self, cut: bool) -> None:
         if cut:
             self._progress(f"(long cells are shortened to fit {WIDTH} columns; --json shows all)")
@@ -781,14 +811,20 @@ def _parse_value(text: str | None) -> Any:
         return text
 
 
+def _json_option(option: str, text: str) -> Any:
+    """The JSON value of ``option``'s ``text``; a UsageError (one line) when it is not JSON
+    or is nested past what the parser can hold."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} is not JSON ({exc}): {_preview(text)}") from None
+    except RecursionError:
+        raise UsageError(f"{option} is nested too deeply to be read: {_preview(text)}") from None
+
+
 def _parse_answers(text: str) -> dict[str, Any]:
     """``--answers``: a JSON object of interrupt id → ``{"type": ..., "value": ...}``."""
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"--answers is not valid JSON ({exc}): {_preview(text)}") from None
-    except RecursionError:
-        raise UsageError(f"--answers is nested too deeply: {_preview(text)}") from None
+    data = _json_option("--answers", text)
     if not isinstance(data, dict) or not data:
         raise UsageError(
             "--answers must be a JSON object keyed by interrupt id, like "
@@ -881,7 +917,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--concurrency",
-        type=_whole("--concurrency", 1, 10_000),
+        type=_whole("--concurrency", 1, MAX_CONCURRENCY),
         default=8,
         metavar="N",
         help="run at most N runs at once (default 8)",
@@ -932,7 +968,7 @@ def build_parser() -> argparse.ArgumentParser:
     timing = adding.add_mutually_exclusive_group(required=True)
     timing.add_argument("--cron", metavar="EXPR", help="a cron expression, e.g. '0 9 * * 1-5'")
     timing.add_argument(
-        "--every", type=_seconds("--every"), metavar="S", help="every S seconds (>= 1)"
+        "--every", type=_seconds("--every", low=1), metavar="S", help="every S seconds (>= 1)"
     )
     adding.add_argument("--args", metavar="JSON", help="positional arguments, a JSON list")
     adding.add_argument("--kwargs", metavar="JSON", help="keyword arguments, a JSON object")
@@ -1094,19 +1130,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _seconds(option: str, *, zero: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds > 0 (or >= 0 with ``zero``)."""
+def _seconds(option: str, *, zero: bool = False, low: float = 0.0) -> Callable[[str], float]:
+    """An argparse type: a number of seconds > 0 (>= 0 with ``zero``; >= ``low``) within
+    :data:`~agency_runtime._bounds.MAX_SECONDS`, checked as the library checks it."""
 
     def parse(text: str) -> float:
-        shown = _cut(text, 24)
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{shown!r} is not a number of seconds") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
-            bound = ">= 0" if zero else "> 0"
-            raise argparse.ArgumentTypeError(f"{option} must be seconds {bound}, got {shown}")
-        return value
+            raise argparse.ArgumentTypeError(
+                f"{_cut(text, 24)!r} is not a number of seconds"
+            ) from None
+        try:
+            return check_seconds(value, option, positive=not zero, low=low)
+        except InvalidArgumentError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 
@@ -1115,14 +1153,14 @@ def _whole(option: str, low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high``."""
 
     def parse(text: str) -> int:
-        shown = _cut(text, 24)
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{shown!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{option} must be {low} to {high}, got {shown}")
-        return value
+            raise argparse.ArgumentTypeError(f"{_cut(text, 24)!r} is not a whole number") from None
+        try:
+            return check_whole(value, option, low, high)
+        except InvalidArgumentError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 

@@ -278,7 +278,7 @@ def test_respond_to_a_run_that_is_not_paused(
 @pytest.mark.parametrize(
     ("answers", "code", "message"),
     [
-        ("{not json", 2, "--answers is not valid JSON"),
+        ("{not json", 2, "--answers is not JSON"),
         ("[1, 2]", 2, "--answers must be a JSON object"),
         ('{"intr_nope": {"type": "approve"}}', 1, "has no pending interrupt 'intr_nope'"),
         ('{"intr_x": {"type": "maybe"}}', 1, "the answer for intr_x"),

@@ -7,6 +7,7 @@ import builtins
 import uuid
 from typing import Any, get_args
 
+from .._bounds import check_whole
 from .._errors import InvalidArgumentError, RunNotFoundError
 from .._store import RunRecord, Store
 from .._types import JournalEntry, RunEvent, RunResult, RunStatus
@@ -19,7 +20,6 @@ __all__ = ["MAX_LIST_LIMIT", "RunsNamespace"]
 
 MAX_LIST_LIMIT = 10_000
 """The most runs one ``agency.runs.list`` call returns; page with ``offset`` for more."""
-_MAX_OFFSET = 2**63 - 1  # SQLite's largest integer
 
 
 class RunsNamespace:
@@ -43,15 +43,8 @@ class RunsNamespace:
             raise InvalidArgumentError(
                 f"status must be one of {', '.join(get_args(RunStatus))}, got {status!r}"
             )
-        for what, value, low, high in (
-            ("limit", limit, 1, MAX_LIST_LIMIT),
-            ("offset", offset, 0, _MAX_OFFSET),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-                raise InvalidArgumentError(
-                    f"{what} must be a whole number from {low} to {high}, got {shown}"
-                )
+        check_whole(limit, "limit", 1, MAX_LIST_LIMIT)
+        check_whole(offset, "offset", 0)
         store_ = RUNTIME.stores.resolve(store)
         return await store_.list_runs(status=status, limit=limit, offset=offset)
 

@@ -8,13 +8,13 @@ woken by the store (PostgreSQL's NOTIFY, or this process) and polling otherwise.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 
+from .._bounds import check_seconds
 from .._core._jsondata import check_name
 from .._durable._entries import location_ref
 from .._durable._values import check_entry, encode_arguments
@@ -102,13 +102,8 @@ async def wait(
     Raises :class:`RunNotFoundError` for an unknown id and :class:`RunWaitTimeoutError`
     when ``timeout`` seconds pass first (the run goes on).
     """
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout < 0
-    ):
-        raise InvalidArgumentError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+    if timeout is not None:
+        timeout = check_seconds(timeout, "agency.runs.wait: timeout (None: no limit)")
     store_ = RUNTIME.stores.resolve(store)
     deadline = None if timeout is None else anyio.current_time() + timeout
     while True:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .._bounds import check_seconds
 from .._core._jsondata import check_name
 from .._durable._values import check_entry, encode_arguments
 from .._errors import InvalidArgumentError, ScheduleNotFoundError
@@ -98,17 +99,7 @@ def _check_timing(cron: object, every: object, timezone: object) -> tuple[str | 
     if every is not None:
         if timezone != "UTC":
             raise InvalidArgumentError("timezone applies to cron schedules only; every= is UTC")
-        seconds = every.total_seconds() if isinstance(every, timedelta) else every
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not math.isfinite(seconds)
-            or seconds < 1
-        ):
-            raise InvalidArgumentError(
-                f"every must be a number of seconds >= 1 (or a timedelta), got {every!r}"
-            )
-        return None, float(seconds)
+        return None, check_seconds(every, "every", low=1)
     if not isinstance(cron, str) or not cron.strip():
         raise InvalidArgumentError(f"cron must be a cron expression like '0 9 * * *', got {cron!r}")
     from croniter import CroniterError, croniter

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import anyio
 from pydantic import ValidationError
 
+from .._bounds import check_seconds, check_whole
 from .._durable._journal import HandBack
 from .._durable._leases import owner_id
 from .._durable._values import decode_arguments
@@ -46,19 +47,8 @@ PARK_AFTER_SECONDS = 30.0
 """A worker's run whose wait is longer than this parks (frees its slot) by default."""
 
 
-def _positive(name: str, value: object, *, whole: bool = False, zero: bool = False) -> float:
-    kinds = (int,) if whole else (int, float)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kinds)
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not zero)
-    ):
-        kind = "a whole number" if whole else "a number of seconds"
-        bound = ">= 0" if zero else "> 0"
-        raise InvalidArgumentError(f"Worker: {name} must be {kind} {bound}, got {value!r}")
-    return float(value)
+MAX_CONCURRENCY = 10_000
+"""The most runs one worker runs at once."""
 
 
 class Worker:
@@ -88,10 +78,10 @@ class Worker:
         self.queues: tuple[str, ...] = tuple(check_queue(q) for q in queues)
         if not self.queues:
             raise InvalidArgumentError("Worker: queues must name at least one queue")
-        self.concurrency = int(_positive("concurrency", concurrency, whole=True))
-        self.lease = _positive("lease", lease)
-        self.poll = _positive("poll", poll)
-        self.park_after = _positive("park_after", park_after, zero=True)
+        self.concurrency = check_whole(concurrency, "Worker: concurrency", 1, MAX_CONCURRENCY)
+        self.lease = check_seconds(lease, "Worker: lease", positive=True)
+        self.poll = check_seconds(poll, "Worker: poll", positive=True)
+        self.park_after = check_seconds(park_after, "Worker: park_after")
         self._store_arg = store
         self.owner = owner_id(f"worker-{uuid.uuid4().hex[:12]}")
         """The lease owner of every run this worker holds."""

@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from .._bounds import MAX_INT
 from .._errors import InvalidArgumentError
 
 PICO_PER_USD = 10**12
+MAX_USD = MAX_INT // PICO_PER_USD
+"""The largest amount of US dollars a store can hold as pico-dollars (about 9.2 million)."""
 
 
 def usd_to_pico(usd: float, *, what: str = "amount") -> int:
@@ -20,8 +23,11 @@ def usd_to_pico(usd: float, *, what: str = "amount") -> int:
         raise InvalidArgumentError(
             f"{what} must be a number of US dollars, got {type(usd).__name__} {usd!r}"
         )
-    if not math.isfinite(usd) or usd < 0:
-        raise InvalidArgumentError(f"{what} must be a finite, non-negative number, got {usd!r}")
+    if not math.isfinite(usd) or usd < 0 or usd > MAX_USD:
+        raise InvalidArgumentError(
+            f"{what} must be a finite, non-negative number of US dollars, at most {MAX_USD:,}, "
+            f"got {usd!r}"
+        )
     # repr() is the shortest decimal that round-trips, so 0.1 becomes exactly 10**11 pico.
     return int((Decimal(repr(float(usd))) * PICO_PER_USD).to_integral_value(ROUND_HALF_EVEN))
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ConfigDict, ValidationError, field_validator
 
+from .._bounds import shown
 from .._errors import (
     AgencyError,
     InvalidArgumentError,
@@ -74,6 +75,9 @@ THREAD_LABEL = "agency.memory"
 """The label of the hidden threads memory's model calls run on."""
 
 _MEMORY_ID = re.compile(r"[A-Za-z0-9._-]+")
+MAX_MEMORY_ID = 200
+"""The longest memory id, in characters: it names a folder (a file system takes 255 bytes)
+and a store namespace."""
 
 STOP_WORDS: frozenset[str] = frozenset(
     {
@@ -133,10 +137,13 @@ def _check_memory_id(memory_id: object) -> str:
         not isinstance(memory_id, str)
         or not _MEMORY_ID.fullmatch(memory_id)
         or memory_id in (".", "..")
+        or len(memory_id) > MAX_MEMORY_ID
     ):
         raise InvalidArgumentError(
-            "agency.memory.set_id: a memory id is letters, digits, '.', '_' and '-' "
-            f"(^[A-Za-z0-9._-]+$, not '.' or '..'), got {memory_id!r}"
+            "agency.memory.set_id: a memory id is 1 to "
+            f"{MAX_MEMORY_ID} letters, digits, '.', '_' and '-' "
+            f"(^[A-Za-z0-9._-]+$, not '.' or '..'), got {shown(memory_id)}"
+            + (f" ({len(memory_id)} characters)" if isinstance(memory_id, str) else "")
         )
     return memory_id
 

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 
 from pydantic import AwareDatetime, ConfigDict, Field
 
+from .._bounds import check_seconds
 from .._clock import SYSTEM_CLOCK, Clock
 from .._core._frame import current_frame_maybe, position_of
 from .._durable._journal import journal_of
@@ -167,15 +168,8 @@ class ConversationMemory:
             raise InvalidArgumentError("memory content cannot be empty")
         tag_list = _check_tags(tags, "tags")
         _check_scope(scope)
-        if ttl_seconds is not None and (
-            isinstance(ttl_seconds, bool)
-            or not isinstance(ttl_seconds, int | float)
-            or not math.isfinite(ttl_seconds)
-            or ttl_seconds <= 0
-        ):
-            raise InvalidArgumentError(
-                f"ttl_seconds must be a positive number of seconds or None, got {ttl_seconds!r}"
-            )
+        if ttl_seconds is not None:
+            check_seconds(ttl_seconds, "ttl_seconds (None: kept until forgotten)", positive=True)
         store: Store | None = None
         try:
             created_at = self._stamp()

@@ -61,13 +61,26 @@ def _read_file(path: Path) -> str | None:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except OSError as exc:  # the file system's refusal, said as the store's
+        raise _file_error("read", path, exc) from exc
 
 
 def _write_file(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise _file_error("write", path, exc) from exc
+
+
+def _file_error(doing: str, path: Path, exc: OSError) -> StoreError:
+    shown = str(path) if len(str(path)) <= 200 else str(path)[:100] + "…" + str(path)[-60:]
+    return StoreError(
+        f"cannot {doing} the memory file {shown}: {exc.strerror or exc}; check the memory "
+        "dir (agency.memory.enable(dir=...)) and its permissions"
+    )
 
 
 @dataclass(slots=True)

@@ -75,7 +75,10 @@ from ._rows import (
     error_json,
     interrupts_json,
     journal_from_rows,
+    listed_schedule,
+    readable_schedules,
     record_from,
+    run_from,
     run_values,
     schedule_from,
     schedule_values,
@@ -642,7 +645,7 @@ class PostgresStore:
                   "offset": max(0, offset)}  # fmt: skip
 
         def work() -> Op[list[RunRecord]]:
-            return [_record(row) for row in (yield _Sql(query, params)).rows]
+            return [_listed(row) for row in (yield _Sql(query, params)).rows]
 
         return await self._run("list runs", work)
 
@@ -1152,7 +1155,7 @@ class PostgresStore:
             rows = yield _Sql(
                 f'SELECT {_SCHEDULE_COLS} FROM {self._t}.schedules ORDER BY name COLLATE "C"'
             )
-            return [schedule_from(row) for row in rows.rows]
+            return [listed_schedule(row) for row in rows.rows]
 
         return await self._run("list schedules", work)
 
@@ -1172,7 +1175,7 @@ class PostgresStore:
                 'ORDER BY next_at, name COLLATE "C"',
                 (names, now),
             )
-            return [schedule_from(row) for row in rows.rows]
+            return readable_schedules(rows.rows)
 
         return await self._run("read due schedules", work)
 
@@ -1444,3 +1447,8 @@ def _row(record: RunRecord) -> dict[str, Any]:
 
 def _record(row: Sequence[Any]) -> RunRecord:
     return record_from(dict(zip(_COLUMNS, row, strict=True)))
+
+
+def _listed(row: Sequence[Any]) -> RunRecord:
+    """A listed run: a damaged row is listed marked damaged (``_rows.run_from``)."""
+    return run_from(dict(zip(_COLUMNS, row, strict=True)))

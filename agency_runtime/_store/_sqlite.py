@@ -46,7 +46,10 @@ from ._rows import (
     error_json,
     interrupts_json,
     journal_from_rows,
+    listed_schedule,
+    readable_schedules,
     record_from,
+    run_from,
     run_values,
     schedule_from,
     schedule_values,
@@ -452,7 +455,7 @@ class SqliteStore:
                 f"{query} ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
                 (*params, limit, offset),
             ).fetchall()
-        return [_record(row) for row in rows]
+        return [_listed(row) for row in rows]
 
     # -- the journal ---------------------------------------------------------------------
 
@@ -821,7 +824,7 @@ class SqliteStore:
             rows = conn.execute(
                 f"SELECT {', '.join(SCHEDULE_COLUMNS)} FROM schedules ORDER BY name"
             ).fetchall()
-        return [schedule_from(row) for row in rows]
+        return [listed_schedule(row) for row in rows]
 
     async def remove_schedule(self, name: str) -> bool:
         with self._db(f"remove schedule {name!r}", write=True) as conn:
@@ -837,7 +840,7 @@ class SqliteStore:
                 f"WHERE queue IN ({names}) AND next_at <= ? ORDER BY next_at, name",
                 (*queues, now),
             ).fetchall()
-        return [schedule_from(row) for row in rows]
+        return readable_schedules(rows)
 
     async def fire_schedule(self, name: str, *, due: float, next_at: float, run: RunRecord) -> bool:
         now = self._clock.time()
@@ -1060,3 +1063,8 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
     return record_from(dict(zip(_COLUMNS, row, strict=True)))
+
+
+def _listed(row: tuple[Any, ...]) -> RunRecord:
+    """A listed run: a damaged row is listed marked damaged (``_rows.run_from``)."""
+    return run_from(dict(zip(_COLUMNS, row, strict=True)))

@@ -119,7 +119,21 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
     if not isinstance(url, str) or not url.strip():
         raise InvalidArgumentError(f"a store URL must be a non-empty string like {_SCHEMES}")
     url = url.strip()
-    parts = urlsplit(url)
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(
+            f"the store URL holds {url[exc.start]!r} at position {exc.start}, which is not a "
+            "character (a lone surrogate, as from undecodable bytes): write the URL as text"
+        ) from exc
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
+        # not shown: a URL that does not parse cannot have its password masked
+        raise InvalidArgumentError(
+            f"malformed store URL ({exc}): close an IPv6 host in brackets, like "
+            "postgresql://user:password@[::1]:5432/database"
+        ) from exc
     scheme = parts.scheme.lower()
     options = dict(parse_qsl(parts.query, keep_blank_values=True))
     if scheme == "memory":
@@ -148,6 +162,7 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
             raise InvalidArgumentError(
                 f"the SQLite store URL {redact(url)!r} names no file: write sqlite:///path/to/agency.db"
             )
+        _check_path_length(path)
         unknown = sorted(set(options) - {"synchronous", "busy_timeout"})
         if unknown:
             raise InvalidArgumentError(
@@ -164,6 +179,24 @@ def _parse(url: str) -> tuple[str, str, dict[str, str]]:
         return "postgresql", parts.netloc + parts.path, options
     shown = f"{scheme}://" if scheme else repr(redact(url))
     raise InvalidArgumentError(f"unknown store URL scheme {shown}: use {_SCHEMES}")
+
+
+MAX_PATH_BYTES = 4095
+"""The longest SQLite store path accepted, in bytes (Linux's PATH_MAX less its NUL)."""
+MAX_NAME_BYTES = 255
+"""The longest file or folder name in a SQLite store path, in bytes (NAME_MAX)."""
+
+
+def _check_path_length(path: str) -> None:
+    """An InvalidArgumentError when ``path`` is longer than a file system takes."""
+    size = len(os.fsencode(path))
+    longest = max((len(os.fsencode(name)) for name in path.split("/")), default=0)
+    if size > MAX_PATH_BYTES or longest > MAX_NAME_BYTES:
+        raise InvalidArgumentError(
+            f"the SQLite store path {path[:40]!r}... is too long ({size} bytes, a name of "
+            f"{longest}): a path may have at most {MAX_PATH_BYTES} bytes and each name in it "
+            f"{MAX_NAME_BYTES}"
+        )
 
 
 def _create(url: str, key: str) -> Store:

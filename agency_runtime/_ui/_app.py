@@ -37,6 +37,7 @@ from agency_runtime import (
     RunResult,
     RunStatus,
     Store,
+    StoreError,
     StoreUnavailableError,
     __version__,
     agency,
@@ -53,6 +54,9 @@ STATUSES: tuple[str, ...] = get_args(RunStatus)
 SEARCH_SCAN = 5_000
 """How many of the newest runs (of the chosen status) an id search looks through."""
 _SCAN_BATCH = 250
+DAMAGED_STATUS = 422
+"""The HTTP status of a page about a run whose stored row cannot be read (the request was
+understood; what it names cannot be processed). The other runs are served as usual."""
 PAGE_SIZES = (25, 50, 100, 200)
 MAX_FORM_BYTES = 1_000_000
 """The largest POST body accepted (an event's payload, an answer's value)."""
@@ -354,6 +358,10 @@ class _Inspector:
             )
         except StoreUnavailableError as exc:
             return self.problem(request, 503, "The store is unavailable", str(exc))
+        except StoreError as exc:  # its row (or journal) cannot be read: the others can
+            return self.problem(
+                request, DAMAGED_STATUS, "This run's stored row is damaged", str(exc)
+            )
         clip = views.Clipper()
         answers = [
             (
@@ -425,6 +433,12 @@ class _Inspector:
                     }[what]
         except RunNotFoundError:
             return self.problem(request, 404, "No such run", f"There is no run {run_id!r}.")
+        except StoreUnavailableError as exc:
+            return self.problem(request, 503, "The store is unavailable", str(exc))
+        except StoreError as exc:
+            return self.problem(
+                request, DAMAGED_STATUS, "This run's stored row is damaged", str(exc)
+            )
         if text is None:
             return self.problem(request, 404, "Nothing to download", "The run holds no such text.")
         name = _filename(run_id, what if "seq" not in params else f"{what}-{params['seq']}")
@@ -597,6 +611,17 @@ def _outcome(prefix: str, result: RunResult) -> Flash:
 
 
 def _row(record: RunRecord) -> dict[str, Any]:
+    if record.damaged is not None:  # what could not be read is not shown as if it were
+        return {
+            "run_id": record.run_id,
+            "shown_id": record.run_id if len(record.run_id) <= 120 else record.run_id[:119] + "…",
+            "status": "damaged",
+            "damaged": record.damaged if len(record.damaged) <= 200 else record.damaged[:199] + "…",
+            "wake": None,
+            "entry": record.entry if len(record.entry) <= 80 else "…" + record.entry[-79:],
+            "interrupts": 0,
+            "queue": None,
+        }
     wake = None
     if record.status == "waiting":
         wake = (
@@ -619,4 +644,5 @@ def _row(record: RunRecord) -> dict[str, Any]:
         "created": record.created_at,
         "interrupts": len(record.interrupts) if record.status == "paused" else 0,
         "queue": record.queue,
+        "damaged": None,
     }
