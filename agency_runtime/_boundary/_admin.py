@@ -9,7 +9,7 @@ from typing import Any, get_args
 
 from .._errors import InvalidArgumentError, RunNotFoundError
 from .._store import RunRecord, Store
-from .._types import JournalEntry, RunEvent, RunResult, RunStatus
+from .._types import JournalEntry, RunEvent, RunResult, RunStatus, bind_store
 from .._waits import check_event_name, encode_payload
 from ._queue import wait
 from ._resume import get_record
@@ -53,7 +53,8 @@ class RunsNamespace:
                     f"{what} must be a whole number from {low} to {high}, got {shown}"
                 )
         store_ = RUNTIME.stores.resolve(store)
-        return await store_.list_runs(status=status, limit=limit, offset=offset)
+        records = await store_.list_runs(status=status, limit=limit, offset=offset)
+        return [bind_store(record, store_) for record in records]
 
     async def send(
         self,
@@ -105,7 +106,7 @@ class RunsNamespace:
         record = await store_.cancel_run(run_id)
         if record is None:
             raise RunNotFoundError(run_id, store_.url)
-        return record
+        return bind_store(record, store_)
 
     async def fork(
         self,

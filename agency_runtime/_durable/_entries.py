@@ -140,6 +140,10 @@ class EntryRegistry:
             for item in _chain(target)
         )
 
+    def is_entry(self, target: object) -> bool:
+        """Whether ``target`` (or a function it wraps) is declared: run here is not enough."""
+        return any(self._declared.get(id(item)) is item for item in _chain(target))
+
     def _named(self, target: object) -> str | None:
         for item in _chain(target):
             name = self._name_of.get(id(item))
