@@ -341,14 +341,22 @@ def _open_store(url: str | None, *, create: bool = False) -> Store:
     a command that defines something, like ``schedules add``): an admin command pointed at
     a mistyped path should say so, not show an empty store.
     """
+    source = "--store" if url else "AGENCY_STORE" if os.environ.get("AGENCY_STORE") else None
     url = url or os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
     scheme, path, _options = _parse(url)
     if scheme == "sqlite" and path != ":memory:" and not create:
         file = Path(path).expanduser().resolve()
         if not file.exists():
-            raise StoreUnavailableError(
-                f"no store at {file} (from {url!r}): the file does not exist; "
+            what = "the file" if file.parent.is_dir() else f"the directory {file.parent}"
+            how = (
                 "pass --store URL or set AGENCY_STORE"
+                if source is None
+                else "check the path (a store is made by the first run, enqueue or "
+                "`schedules add` on it)"
+            )
+            raise StoreUnavailableError(
+                f"no store at {file} (from {f'{source} ' if source else ''}{url!r}): "
+                f"{what} does not exist; {how}"
             )
     return resolve_store(url)
 

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .._core._jsondata import check_name
 from .._durable._values import check_entry, encode_arguments
-from .._errors import InvalidArgumentError, ScheduleNotFoundError
+from .._errors import EntryImportError, InvalidArgumentError, ScheduleNotFoundError
 from .._store import RunRecord, Store
 from .._types import Schedule
 from ._queue import check_queue, check_worker_entry
@@ -180,7 +180,10 @@ class SchedulesNamespace:
         """
         name = _check_name(name)
         if isinstance(entry, str):
-            entry = RUNTIME.entries.find(f"schedule:{name}", entry)
+            try:
+                entry = RUNTIME.entries.find(f"schedule:{name}", entry)
+            except EntryImportError as exc:
+                raise type(exc)(f"agency.schedules.add: cannot schedule {entry!r}: {exc}") from exc
         check_entry(entry)
         ref = check_worker_entry(entry, "schedules.add")
         cron, interval = _check_timing(cron, every, timezone)
