@@ -67,6 +67,7 @@ __all__ = [
     "CheckpointError",
     "EntryImportError",
     "EntryNotAllowedError",
+    "EntryResultError",
     "ErrorKind",
     "EventLoopRunningError",
     "EventTimeoutError",
@@ -280,6 +281,10 @@ class ResultSerializationError(AgencyError):
 
 class StepResultError(ResultSerializationError):
     """A resumable step returned a value that cannot be journaled as JSON."""
+
+
+class EntryResultError(ResultSerializationError, ValueError):
+    """A run's entry returned a value that does not fit the entry's return annotation."""
 
 
 class NondeterminismError(AgencyError):

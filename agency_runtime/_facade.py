@@ -21,6 +21,7 @@ from ._boundary._resume import respond_to_interrupts, resume
 from ._boundary._run import run, run_sync
 from ._boundary._runtime import RUNTIME
 from ._boundary._schedules import SchedulesNamespace
+from ._boundary._worker import Worker as _Worker
 from ._checkpoints import create_checkpoint, get_checkpoint, restore
 from ._clock import Clock
 from ._core._branches import run_root
@@ -192,6 +193,10 @@ class Agency:
     sleep = staticmethod(sleep)
     wait_for_event = staticmethod(wait_for_event)
     patched = staticmethod(patched)
+
+    Worker = _Worker
+    """``agency.Worker(store, queues=[...], concurrency=8)``: serves queued runs
+    (``await worker.run()``); the same class as ``agency_runtime.Worker``."""
 
     # -- models ------------------------------------------------------------------------------
 

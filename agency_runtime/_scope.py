@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from types import CodeType, FrameType
@@ -40,7 +41,7 @@ from ._core._frame import (
 from ._core._jsondata import json_problem
 from ._durable._effect import perform, recorded, replay
 from ._durable._journal import RunJournal, journal_of
-from ._durable._values import return_adapter
+from ._durable._values import return_adapter, validation_problems
 from ._errors import (
     InvalidArgumentError,
     JournalCorruptError,
@@ -59,11 +60,25 @@ _SAME_AFTER_JSON = frozenset({str, int, bool, type(None)})
 """Result types a JSON round trip gives back unchanged (a step returns them as they are)."""
 
 
-def _fields(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in error['loc']) or '(value)'}: {error['msg']}"
-        for error in exc.errors()
-    )
+def _wants_arguments(fn: Callable[..., Any], exc: TypeError) -> bool:
+    """Whether calling ``fn()`` raised ``exc`` itself, because ``fn`` needs arguments.
+
+    Looked at only once a step failed with a ``TypeError`` (nothing on the step's path): the
+    error must come from the call (no frame of ``fn`` in its traceback) and ``fn``'s
+    signature must refuse an empty call.
+    """
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_frame.f_code is not perform.__code__:
+        return False  # raised inside fn (or further down): fn's own TypeError
+    try:
+        inspect.signature(fn).bind()
+    except TypeError:
+        return True
+    except ValueError:  # no signature to read (some builtins)
+        return False
+    return False
 
 
 class ResumableScopeOpts(DeferredModel):
@@ -293,8 +308,9 @@ class ResumableScope:
             try:
                 value = from_json(text) if adapter is None else adapter.validate_json(text)
             except ValidationError as exc:
+                problems = validation_problems(exc)
                 raise StepResultError(
-                    f"{what()}, which does not fit the step's return type: {_fields(exc)}"
+                    f"{what()}, which does not fit the step's return type: {problems}"
                 ) from exc
             return text, value
 
@@ -307,10 +323,19 @@ class ResumableScope:
                 "scopes": self._chain_json[1],
             }
 
-        return await perform(
-            frame, self._journal, path, step_name, callsite, fn,
-            encode=encode, run_frame=step_frame, fields=fields,
-        )  # fmt: skip
+        try:
+            return await perform(
+                frame, self._journal, path, step_name, callsite, fn,
+                encode=encode, run_frame=step_frame, fields=fields,
+            )  # fmt: skip
+        except TypeError as exc:
+            if _wants_arguments(fn, exc):
+                raise InvalidArgumentError(
+                    f"s.step() calls its function with no arguments, and {step_name} takes "
+                    f"some ({exc}): a step function takes no arguments; pass them with a "
+                    f"lambda, s.step(lambda: {step_name}(...)), or functools.partial"
+                ) from exc
+            raise
 
     # -- locals and halt -------------------------------------------------------------------------
 

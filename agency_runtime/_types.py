@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ._bounds import EARLIEST_TIME, LATEST_TIME, MAX_SECONDS
 from ._errors import RunFailedError, RunPausedError
@@ -39,6 +39,8 @@ __all__ = [
     "RunStatus",
     "Schedule",
     "Time",
+    "bind_store",
+    "store_of",
 ]
 
 RunStatus = Literal["queued", "running", "waiting", "completed", "paused", "failed", "cancelled"]
@@ -88,6 +90,71 @@ def complete(model: type[BaseModel]) -> None:
         model.model_rebuild(_parent_namespace_depth=0)
 
 
+class _Origin:
+    """The store a run's result, record or interrupt was read from, in this process only.
+
+    It is no field (never dumped, never in JSON or a repr, never a schema), pickles as
+    nothing (another process has its own stores), is immutable and compares equal to every
+    other origin, so two results of one run are equal wherever they were read.
+    """
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: Any = None) -> None:
+        self.store = store
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Origin)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<origin>"
+
+    def __reduce__(self) -> tuple[type[_Origin], tuple[()]]:
+        return _Origin, ()
+
+    def __copy__(self) -> _Origin:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Origin:
+        return self
+
+
+_NOWHERE = _Origin()
+_T = TypeVar("_T")
+
+
+class _FromStore(DeferredModel):
+    """A shape read from (or written to) a store, which it remembers in this process."""
+
+    _source: _Origin = PrivateAttr(default=_NOWHERE)
+
+
+def bind_store(value: _T, store: Any) -> _T:
+    """Remember ``store`` as where ``value`` (a :class:`RunResult`, :class:`RunRecord` or
+    :class:`Interrupt`, and the interrupts it holds) came from; returns ``value``.
+
+    So ``agency.respond_to_interrupts(result, ...)`` answers on the store the run is on
+    without ``store=``. Only the object is kept, in this process: never a URL, never stored.
+    """
+    if isinstance(value, _FromStore):
+        origin = _Origin(store)
+        value._source = origin
+        for item in getattr(value, "interrupts", ()):
+            if isinstance(item, _FromStore):
+                item._source = origin
+    return value
+
+
+def store_of(value: object) -> Any:
+    """The store ``value`` (a result, a record, an interrupt or a list of interrupts) was
+    read from in this process, or ``None``."""
+    if isinstance(value, list | tuple) and value:
+        value = value[0]
+    return value._source.store if isinstance(value, _FromStore) else None
+
+
 class ErrorInfo(DeferredModel):
     """The JSON form of an exception that ended a run."""
 
@@ -104,7 +171,7 @@ class ErrorInfo(DeferredModel):
         return cls(type=kind.__qualname__, message=str(exc), module=kind.__module__)
 
 
-class Interrupt(DeferredModel):
+class Interrupt(_FromStore):
     """A question a run asks a human (or a handler) before it can go on.
 
     Interrupt ids are deterministic: derived from the run id and the call site, so a resumed
@@ -123,7 +190,7 @@ class Interrupt(DeferredModel):
     checkpoint_id: str | None = None
 
 
-class RunResult(DeferredModel):
+class RunResult(_FromStore):
     """The outcome of ``agency.run``: status, value or error, interrupts, spend and timings.
 
     ``exception`` holds the original exception object in the process that ran the entry; it
@@ -311,7 +378,7 @@ class MemoryRecord(DeferredModel):
     expires_at: float | None = None
 
 
-class RunRecord(DeferredModel):
+class RunRecord(_FromStore):
     """A run as stored: identity, inputs, state, outcome, spend and lease.
 
     A stored row that cannot be read back (edited by hand, written by a broken tool, a disk

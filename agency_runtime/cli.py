@@ -348,20 +348,29 @@ def _open_store(url: str | None, *, create: bool = False) -> Store:
     a command that defines something, like ``schedules add``): an admin command pointed at
     a mistyped path should say so, not show an empty store.
     """
+    source = "--store" if url else "AGENCY_STORE" if os.environ.get("AGENCY_STORE") else None
     url = url or os.environ.get("AGENCY_STORE") or DEFAULT_STORE_URL
     scheme, path, _options = _parse(url)
     if scheme == "sqlite" and path != ":memory:" and not create:
         file = Path(path).expanduser().resolve()
         try:
             found = file.exists()
+            parent_found = found or file.parent.is_dir()
         except OSError as exc:  # not searchable, say: what sqlite would fail on too
             raise StoreUnavailableError(
                 f"cannot look for the store at {file} (from {url!r}): {exc.strerror}"
             ) from exc
         if not found:
-            raise StoreUnavailableError(
-                f"no store at {file} (from {url!r}): the file does not exist; "
+            what = "the file" if parent_found else f"the directory {file.parent}"
+            how = (
                 "pass --store URL or set AGENCY_STORE"
+                if source is None
+                else "check the path (a store is made by the first run, enqueue or "
+                "`schedules add` on it)"
+            )
+            raise StoreUnavailableError(
+                f"no store at {file} (from {f'{source} ' if source else ''}{url!r}): "
+                f"{what} does not exist; {how}"
             )
     return resolve_store(url)
 

@@ -10,7 +10,7 @@ from typing import Any, get_args
 from .._bounds import check_whole
 from .._errors import InvalidArgumentError, RunNotFoundError
 from .._store import RunRecord, Store
-from .._types import JournalEntry, RunEvent, RunResult, RunStatus
+from .._types import JournalEntry, RunEvent, RunResult, RunStatus, bind_store
 from .._waits import check_event_name, encode_payload
 from ._queue import wait
 from ._resume import get_record
@@ -46,7 +46,8 @@ class RunsNamespace:
         check_whole(limit, "limit", 1, MAX_LIST_LIMIT)
         check_whole(offset, "offset", 0)
         store_ = RUNTIME.stores.resolve(store)
-        return await store_.list_runs(status=status, limit=limit, offset=offset)
+        records = await store_.list_runs(status=status, limit=limit, offset=offset)
+        return [bind_store(record, store_) for record in records]
 
     async def send(
         self,
@@ -98,7 +99,7 @@ class RunsNamespace:
         record = await store_.cancel_run(run_id)
         if record is None:
             raise RunNotFoundError(run_id, store_.url)
-        return record
+        return bind_store(record, store_)
 
     async def fork(
         self,

@@ -18,7 +18,7 @@ from .._bounds import check_seconds
 from .._core._jsondata import check_name
 from .._durable._entries import location_ref
 from .._durable._values import check_entry, encode_arguments
-from .._errors import InvalidArgumentError, RunWaitTimeoutError
+from .._errors import EntryNotAllowedError, InvalidArgumentError, RunWaitTimeoutError
 from .._llm._model import Model
 from .._store import RunRecord, Store
 from .._types import RunResult
@@ -26,7 +26,7 @@ from ._resume import get_record
 from ._run import check_model, check_run_id, check_same_inputs, stored_result
 from ._runtime import RUNTIME
 
-__all__ = ["QueuesNamespace", "check_queue", "enqueue", "wait"]
+__all__ = ["QueuesNamespace", "check_queue", "check_worker_entry", "enqueue", "wait"]
 
 WAIT_POLL_SECONDS = 0.5
 """How often ``runs.wait`` looks at the store when no wake-up comes (other processes on a
@@ -38,6 +38,33 @@ _MAX_QUEUE = 200
 def check_queue(queue: object) -> str:
     """``queue`` when it is a usable queue name; else an :class:`InvalidArgumentError`."""
     return check_name(queue, "a queue name", "emails", limit=_MAX_QUEUE)
+
+
+def check_worker_entry(entry: Callable[..., Any], member: str) -> str:
+    """The reference a worker finds ``entry`` by (``agency.{member}``); raises
+    :class:`EntryNotAllowedError` unless ``entry`` is declared and importable by that name.
+
+    A worker, maybe in another process, runs only declared entries it can import by name, so
+    a run it could never run (handed back from worker to worker forever) is refused here,
+    before it is stored: a lambda, a function defined inside another one (unless it was
+    declared with a name), or a function not declared with ``@agency.entry``.
+    """
+    ref = RUNTIME.entries.entry_ref(entry)
+    if ":" in ref and ("<locals>" in ref or "<lambda>" in ref):
+        raise EntryNotAllowedError(
+            f"agency.{member}: the entry {ref!r} is a lambda or a function defined inside "
+            "another function, so no worker can import it by name; define it at module level "
+            "and declare it with @agency.entry (or give it a name: "
+            "@agency.entry(name='...') in a module the workers import)"
+        )
+    if not RUNTIME.entries.is_entry(entry):
+        raise EntryNotAllowedError(
+            f"agency.{member}: {ref!r} is not a declared entry, and workers run only declared "
+            "entries (the store is data, never code); decorate it with @agency.entry (or call "
+            "agency.register_entry(fn)) in a module the workers import "
+            "(`agency worker --import MODULE`)"
+        )
+    return ref
 
 
 async def enqueue(
@@ -63,7 +90,9 @@ async def enqueue(
     model string.
 
     ``run_id`` is an idempotency key: enqueuing an id that exists returns it without queuing
-    again (the entry and arguments must match, else :class:`RunConflictError`).
+    again (the entry and arguments must match, else :class:`RunConflictError`). An entry
+    no worker could run — not declared, a lambda, a nested function — raises
+    :class:`EntryNotAllowedError` and nothing is stored.
     """
     check_entry(entry)
     run_id = check_run_id(run_id)
@@ -71,8 +100,8 @@ async def enqueue(
     if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**63:
         raise InvalidArgumentError(f"priority must be a whole number, got {priority!r}")
     model = check_model(model)
+    ref = check_worker_entry(entry, "enqueue")
     store_ = RUNTIME.stores.resolve(store)
-    ref = RUNTIME.entries.entry_ref(entry)
     arguments = encode_arguments(args, kwargs)
     now = RUNTIME.clock.time()
     record = RunRecord(

@@ -17,7 +17,7 @@ from .._errors import (
 )
 from .._interrupts import HandlerDecision
 from .._store import RunRecord, Store
-from .._types import Interrupt, InterruptResponse, RunResult
+from .._types import Interrupt, InterruptResponse, RunResult, bind_store, store_of
 from ._run import drive, stored_result
 from ._runtime import RUNTIME
 
@@ -30,7 +30,7 @@ async def get_record(store: Store, run_id: str) -> RunRecord:
     record = await store.get_run(run_id)
     if record is None:
         raise RunNotFoundError(run_id, store.url)
-    return record
+    return bind_store(record, store)
 
 
 async def _continue(store: Store, record: RunRecord) -> RunResult:
@@ -117,11 +117,13 @@ async def respond_to_interrupts(
     a list aligned with the run's pending interrupts or a dict keyed by ``interrupt_id``;
     every answer is ``approve(value)`` or ``reject(value)``. Answers are stored before
     anything runs again, and the call that asked each question gets its answer when the
-    run reaches it. A second process answers in one line::
+    run reaches it. Without ``store``, a result, record or interrupts this process read are
+    answered on the store they came from (a run id: on ``AGENCY_STORE``, else the default
+    store). A second process answers in one line::
 
         await agency.respond_to_interrupts("order-7", [approve()], store="sqlite:///a.db")
     """
-    store_ = RUNTIME.stores.resolve(store)
+    store_ = RUNTIME.stores.resolve(store if store is not None else store_of(target))
     asked = await _asked(target, store_)
     keys = [i.interrupt_id for i in asked]
     if len(set(keys)) != len(keys):

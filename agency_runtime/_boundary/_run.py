@@ -32,6 +32,7 @@ from .._durable._entries import location_ref
 from .._durable._journal import JOURNAL, HandBack, RunJournal
 from .._durable._leases import holder_is_dead, owner_id
 from .._durable._values import (
+    annotation_text,
     check_entry,
     decode_arguments,
     diff_arguments,
@@ -39,12 +40,15 @@ from .._durable._values import (
     encode_overrides,
     encode_value,
     return_adapter,
+    return_annotation,
     revive_value,
     stored_globals,
+    validation_problems,
 )
 from .._errors import (
     AgencyCancelledError,
     AgencyError,
+    EntryResultError,
     EventLoopRunningError,
     InvalidArgumentError,
     RestoreSignal,
@@ -58,7 +62,7 @@ from .._errors import (
 from .._llm._model import MODELS, Model, model_name, run_model
 from .._llm._model import check_model as check_llm_model
 from .._store import RunRecord, Store
-from .._types import ErrorInfo, Interrupt, RunResult, RunStatus
+from .._types import ErrorInfo, Interrupt, RunResult, RunStatus, bind_store, store_of
 from ._runtime import RUNTIME
 
 __all__ = [
@@ -130,11 +134,11 @@ def stored_result(record: RunRecord) -> RunResult:
 
 def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> RunResult:
     """The stored outcome of a run, its value revived into the entry's return type (as
-    plain JSON data when the entry is not known here)."""
+    plain JSON data when the entry is not known here); it remembers the record's store."""
     duration = None
     if record.started_at is not None and record.finished_at is not None:
         duration = max(0.0, record.finished_at - record.started_at)
-    return RunResult(
+    result = RunResult(
         run_id=record.run_id,
         status=record.status,
         value=revive_value(record.value, None if entry is None else return_adapter(entry)),
@@ -149,6 +153,7 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
         replayed=True,
         wake_at=_when(record.wake_at),
     )
+    return bind_store(result, store_of(record))
 
 
 async def run(
@@ -185,7 +190,7 @@ async def run(
     if stored is not None:
         check_same_inputs(stored, ref, arguments, location_ref(entry))
         if stored.is_final:
-            return result_from_record(stored, entry)
+            return result_from_record(bind_store(stored, store_), entry)
         name = name or stored.model
     RUNTIME.entries.remember(run_id, entry)
     record = RunRecord(
@@ -219,13 +224,13 @@ async def drive(
             break
         check_same_inputs(claim.record, record.entry, record.arguments, location_ref(entry))
         if claim.record.is_final:
-            return result_from_record(claim.record, entry)
+            return result_from_record(bind_store(claim.record, store), entry)
         if holder_is_dead(claim.record.lease_owner):
             dead = claim.record.lease_owner  # a crashed process on this machine: take over now
             continue
         finished = await _wait_for_holder(store, record.run_id, delay)
         if finished is not None:
-            return result_from_record(finished, entry)
+            return result_from_record(bind_store(finished, store), entry)
         delay = min(delay * 2, _WAIT_MAX)
     return await execute(store, claim.record, owner, entry, args, kwargs, fresh=claim.created)
 
@@ -359,7 +364,7 @@ async def _execute(
                     text = encode_value(
                         outcome.value, what=f"the value returned by run {record.run_id!r}"
                     )
-                    value = _validated(text, entry)
+                    value = _validated(text, entry, record.entry, outcome.value)
                     status, value_json = "completed", text
                 else:
                     status, error = "failed", outcome
@@ -432,7 +437,7 @@ async def _execute(
             record.run_id,
             status,
         )
-    return RunResult(
+    result = RunResult(
         run_id=record.run_id,
         status=status,
         value=value,
@@ -447,6 +452,7 @@ async def _execute(
         wake_at=_when(outcome_record.wake_at),
         exception=error,
     )
+    return bind_store(result, store)
 
 
 def _outage(error: BaseException | None) -> bool:
@@ -460,13 +466,21 @@ def _outage(error: BaseException | None) -> bool:
     return False
 
 
-def _validated(text: str, entry: Callable[..., Any]) -> Any:
+def _validated(text: str, entry: Callable[..., Any], ref: str, returned: Any) -> Any:
     """The run's value revived into the entry's return annotation.
 
-    Raises the pydantic ``ValidationError`` (the run fails with it, naming the field) when
-    the value does not fit the annotation.
+    Raises :class:`EntryResultError` (the run fails with it), naming the entry, the value,
+    the annotation and what did not fit, when the value does not fit the annotation.
     """
-    return revive_value(text, return_adapter(entry))
+    try:
+        return revive_value(text, return_adapter(entry))
+    except ValidationError as exc:
+        shown = repr(returned)
+        raise EntryResultError(
+            f"entry {ref!r} returned {shown if len(shown) <= 80 else shown[:77] + '...'}, "
+            "which does not match its return annotation "
+            f"{annotation_text(return_annotation(entry))}: {validation_problems(exc)}"
+        ) from exc
 
 
 async def _open_journal(

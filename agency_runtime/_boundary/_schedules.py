@@ -21,10 +21,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from .._bounds import check_seconds
 from .._core._jsondata import check_name
 from .._durable._values import check_entry, encode_arguments
-from .._errors import InvalidArgumentError, ScheduleNotFoundError
+from .._errors import EntryImportError, InvalidArgumentError, ScheduleNotFoundError
 from .._store import RunRecord, Store
 from .._types import Schedule
-from ._queue import check_queue
+from ._queue import check_queue, check_worker_entry
 from ._runtime import RUNTIME
 
 __all__ = [
@@ -102,6 +102,13 @@ def _check_timing(cron: object, every: object, timezone: object) -> tuple[str | 
         return None, check_seconds(every, "every", low=1)
     if not isinstance(cron, str) or not cron.strip():
         raise InvalidArgumentError(f"cron must be a cron expression like '0 9 * * *', got {cron!r}")
+    if len(cron.split()) > 5:  # croniter reads a sixth field as seconds, a seventh as years
+        raise InvalidArgumentError(
+            f"the cron expression {cron!r} has {len(cron.split())} fields; use five, minute "
+            "hour day-of-month month day-of-week, like '0 9 * * 1-5' (09:00 on weekdays): "
+            "occurrences are whole minutes (no seconds field); for a shorter period use "
+            "every=SECONDS"
+        )
     from croniter import CroniterError, croniter
 
     try:
@@ -155,16 +162,21 @@ class SchedulesNamespace:
 
         Exactly one of ``cron`` (a cron expression, read in ``timezone``) and ``every``
         (seconds >= 1, counted from the epoch). The entry must be declared
-        (``@agency.entry``) for workers in other processes to run it; it may be given as
-        its declared name or ``"module:qualname"``. Adding a schedule
+        (``@agency.entry``, at module level or with a name; else
+        :class:`EntryNotAllowedError`), since workers run it; it may be given as its declared
+        name or ``"module:qualname"``. Adding a schedule
         that exists with the same plan changes nothing (safe at every start-up); with
         another plan it is replaced and its next occurrence counted from now. Returns the
         schedule as stored.
         """
         name = _check_name(name)
         if isinstance(entry, str):
-            entry = RUNTIME.entries.find(f"schedule:{name}", entry)
+            try:
+                entry = RUNTIME.entries.find(f"schedule:{name}", entry)
+            except EntryImportError as exc:
+                raise type(exc)(f"agency.schedules.add: cannot schedule {entry!r}: {exc}") from exc
         check_entry(entry)
+        ref = check_worker_entry(entry, "schedules.add")
         cron, interval = _check_timing(cron, every, timezone)
         queue = check_queue(queue)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
@@ -175,7 +187,7 @@ class SchedulesNamespace:
         now = RUNTIME.clock.time()
         wanted = Schedule(
             name=name,
-            entry=RUNTIME.entries.entry_ref(entry),
+            entry=ref,
             arguments=encode_arguments(tuple(args), dict(kwargs or {})),
             cron=cron,
             every=interval,
@@ -205,8 +217,38 @@ class SchedulesNamespace:
         return await RUNTIME.stores.resolve(store).list_schedules()
 
     async def remove(self, name: str, *, store: str | Store | None = None) -> None:
-        """Delete the schedule called ``name`` (runs it started go on);
-        :class:`ScheduleNotFoundError` if there is none."""
+        """Delete the schedule called ``name``; :class:`ScheduleNotFoundError` if there is none.
+
+        Its occurrences still queued that have not started (no step done) are cancelled, so
+        none waits forever for a schedule that is gone; the runs it started go on.
+        """
         store_ = RUNTIME.stores.resolve(store)
         if not await store_.remove_schedule(_check_name(name)):
             raise ScheduleNotFoundError(name, store_.url)
+        for run_id in await _queued_occurrences(store_, name):
+            if not (await store_.load_journal(run_id)).entries:
+                await store_.cancel_run(run_id)
+
+
+async def _queued_occurrences(store: Store, name: str) -> builtins.list[str]:
+    """The ids of the queued runs that are occurrences of schedule ``name``."""
+    found: builtins.list[str] = []
+    offset, page = 0, 1000
+    while True:
+        records = await store.list_runs(status="queued", limit=page, offset=offset)
+        found.extend(r.run_id for r in records if _occurrence_of(r.run_id, name))
+        if len(records) < page:
+            return found
+        offset += page
+
+
+def _occurrence_of(run_id: str, name: str) -> bool:
+    """Whether ``run_id`` is an id :func:`occurrence_run_id` gives schedule ``name``."""
+    head, at, moment = run_id.partition("@")
+    if head != name or not at or not moment.endswith("Z"):
+        return False
+    try:
+        datetime.fromisoformat(moment[:-1])
+    except ValueError:
+        return False
+    return True

@@ -34,6 +34,7 @@ from .._errors import (
     AgencyError,
     EntryImportError,
     EntryNotAllowedError,
+    EventLoopRunningError,
     InvalidArgumentError,
 )
 
@@ -145,6 +146,10 @@ class EntryRegistry:
             for item in _chain(target)
         )
 
+    def is_entry(self, target: object) -> bool:
+        """Whether ``target`` (or a function it wraps) is declared: run here is not enough."""
+        return any(self._declared.get(id(item)) is item for item in _chain(target))
+
     def _named(self, target: object) -> str | None:
         for item in _chain(target):
             name = self._name_of.get(id(item))
@@ -193,9 +198,11 @@ class EntryRegistry:
                     )
                 self._app_modules.add(name)
                 modules.append(importlib.import_module(name))
-            except AgencyError:
-                raise
             except Exception as exc:
+                if _ran_a_loop(exc):
+                    raise _own_loop(name, exc) from exc
+                if isinstance(exc, AgencyError):
+                    raise
                 raise EntryImportError(
                     f"cannot import the application module {name!r} ({type(exc).__name__}: {exc}); "
                     "make sure it is importable here (installed, or on sys.path / PYTHONPATH)"
@@ -355,6 +362,8 @@ class EntryRegistry:
         except EntryImportError:
             raise
         except Exception as exc:
+            if _ran_a_loop(exc):
+                raise _own_loop(module_name, exc) from exc
             raise EntryImportError(
                 f"cannot import the entry {ref!r} ({type(exc).__name__}: {exc}); make sure the "
                 "module is importable here (installed, or on sys.path / PYTHONPATH)"
@@ -446,6 +455,37 @@ def _refuse_module(ref: str, module: str, why: str) -> EntryNotAllowedError:
         f"application (a file under the working directory {os.getcwd()}, or a module named "
         f"with `--import MODULE` / {IMPORTS_ENV}=MODULE). If it is your code, name it that "
         "way and declare the entry with @agency.entry or agency.register_entry(fn)"
+    )
+
+
+_LOOP_IN_LOOP = (
+    "Already running",  # anyio.run
+    "cannot be called from a running event loop",  # asyncio.run
+    "event loop is already running",  # loop.run_until_complete
+    "from inside a run()",  # trio.run
+)
+
+
+def _ran_a_loop(exc: BaseException) -> bool:
+    """Whether ``exc`` is an event loop started inside the running one (by an import)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, EventLoopRunningError) or (
+            isinstance(current, RuntimeError) and any(m in str(current) for m in _LOOP_IN_LOOP)
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _own_loop(module: str, exc: BaseException) -> EntryImportError:
+    return EntryImportError(
+        f"importing the application module {module!r} ran its top-level code, which starts "
+        "an event loop of its own (asyncio.run, anyio.run or agency.run_sync) inside the "
+        f"running one ({type(exc).__name__}: {exc}). Put the code that runs the script under "
+        '`if __name__ == "__main__":`, so that importing it only declares its entries'
     )
 
 

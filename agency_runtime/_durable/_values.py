@@ -12,7 +12,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from .._core._jsondata import json_problem
@@ -24,6 +24,7 @@ from .._errors import (
 )
 
 __all__ = [
+    "annotation_text",
     "check_entry",
     "decode_arguments",
     "diff_arguments",
@@ -31,8 +32,10 @@ __all__ = [
     "encode_overrides",
     "encode_value",
     "return_adapter",
+    "return_annotation",
     "revive_value",
     "stored_globals",
+    "validation_problems",
 ]
 
 
@@ -172,17 +175,37 @@ def return_adapter(fn: Callable[..., Any], returns: Any = None) -> TypeAdapter[A
     return adapter
 
 
+def return_annotation(fn: Callable[..., Any]) -> Any:
+    """``fn``'s return annotation (``T`` for ``Awaitable[T]``), or ``None`` when unreadable."""
+    try:
+        annotation = typing.get_type_hints(fn).get("return")
+    except Exception:  # unresolvable forward references, builtins, callable objects
+        return None
+    origin = typing.get_origin(annotation)
+    awaited = inspect.isclass(origin) and issubclass(origin, Awaitable)
+    if origin is not None and (origin in (Awaitable, typing.Coroutine) or awaited):
+        annotation = typing.get_args(annotation)[-1]
+    return annotation
+
+
+def annotation_text(annotation: Any) -> str:
+    """How an annotation reads in code: ``int``, ``Order``, ``list[int]``."""
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__qualname__
+    return repr(annotation).replace("typing.", "")
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """What a pydantic validation error found: ``field: message; …`` (``(value)`` for the
+    value itself), without pydantic's header and links."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or '(value)'}: {error['msg']}"
+        for error in exc.errors()
+    )
+
+
 def _build_adapter(fn: Callable[..., Any], returns: Any) -> TypeAdapter[Any] | None:
-    annotation = returns
-    if annotation is None:
-        try:
-            annotation = typing.get_type_hints(fn).get("return")
-        except Exception:  # unresolvable forward references, builtins, callable objects
-            return None
-        origin = typing.get_origin(annotation)
-        awaited = inspect.isclass(origin) and issubclass(origin, Awaitable)
-        if origin is not None and (origin in (Awaitable, typing.Coroutine) or awaited):
-            annotation = typing.get_args(annotation)[-1]
+    annotation = returns if returns is not None else return_annotation(fn)
     if annotation in (None, type(None), Any, object, inspect.Signature.empty):
         return None
     try:

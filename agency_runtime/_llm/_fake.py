@@ -301,6 +301,12 @@ class FakeModel:
     the seam and litellm is never imported.
 
     Call :meth:`register` (or use ``with FakeModel(...) as fake:``) to make it reachable.
+
+    A ``replies`` script belongs to the process: each call this process makes takes the next
+    reply, and a model registered in another process starts at the first. A run that goes
+    on elsewhere (``agency runs respond``, a resume after a crash, a worker) meets that
+    process's model; for such a run give ``function=``, which decides from the request (the
+    messages so far) as a real model does, so every process answers alike.
     """
 
     def __init__(

@@ -68,7 +68,7 @@ async def test_a_value_that_does_not_fit_the_return_annotation_fails_the_run(sto
     result = await agency.run(entry, run_id="shape", store=store)
     assert result.status == "failed"
     assert result.error is not None
-    assert result.error.type == "ValidationError"
+    assert result.error.type == "EntryResultError"
     assert "id" in result.error.message
     record = await agency.runs.get("shape", store=store)
     assert record.status == "failed"
