@@ -857,7 +857,10 @@ async def _request(call: _Call, tool_choice: str | None = None) -> ChatResponse:
     output: type[BaseModel] | None = None
     if schema is not None:
         output = _response_format(schema)
-        if not await provider.supports_schema(chosen.model):
+        constrained = chosen.json_schema
+        if constrained is None:  # the model does not say: the provider knows (or not)
+            constrained = await provider.supports_schema(chosen.model)
+        if not constrained:
             import json  # on first use (the json module is not needed to import agency_runtime)
 
             instruction = (

@@ -120,8 +120,10 @@ class ChatRequest:
     """The most tokens the answer may have, if the caller set a limit."""
     response_format: type[BaseModel] | None = None
     """The pydantic model the answer must be a JSON document of, sent as a JSON-schema
-    response format. The caller sets it only when :meth:`ChatProvider.supports_schema` said
-    yes; otherwise the schema travels as an instruction in ``messages``."""
+    response format. The caller sets it only when the model says its endpoint takes one
+    (``agency.Model(..., json_schema=True)``) or, when the model does not say,
+    :meth:`ChatProvider.supports_schema` said yes; otherwise the schema travels as an
+    instruction in ``messages``."""
     tools: tuple[ToolSpec, ...] = ()
     """Tools the model may call instead of answering (none: a plain completion)."""
     tool_choice: str | dict[str, Any] | None = None
