@@ -67,9 +67,9 @@ __all__ = [
     "MAX_TOOL_ROUNDS",
     "OnMaxToolRounds",
     "ask",
+    "begin",
     "bill",
     "llm",
-    "prepare",
     "scrub",
     "with_transient_retries",
 ]
@@ -240,7 +240,7 @@ async def llm(
     ``on_token(delta)`` (sync or async) streams the answer's text as it arrives; a replayed
     call gives it the recorded text in one piece.
     """
-    call = prepare(
+    call = begin(
         prompt,
         model=model,
         schema=schema,
@@ -256,7 +256,7 @@ async def llm(
     return "" if call is None else await ask(call)
 
 
-def prepare(
+def begin(
     prompt: MessageContent,
     *,
     model: str | Model | None = None,
@@ -307,7 +307,7 @@ def prepare(
 
 
 async def ask(call: _Call) -> Any:
-    """The second half of :func:`llm`: the call :func:`prepare` counted, journaled at its
+    """The second half of :func:`llm`: the call :func:`begin` counted, journaled at its
     address (a replay returns the recorded answer without asking the model)."""
     frame, path, chosen, adapter, on_token = (
         call.frame,

@@ -31,7 +31,7 @@ import anyio
 
 from .._core._frame import current_frame
 from .._errors import InvalidArgumentError
-from ._chat import ask, prepare
+from ._chat import ask, begin
 
 if TYPE_CHECKING:  # anyio loads its streams with the first stream (~10 ms otherwise)
     import anyio.abc
@@ -86,7 +86,7 @@ class LLMStream:
         try:
             # Counted here, in the caller's task, as agency.llm counts: a call made in the
             # task started below would be numbered in that task's branch (``0.0:llm#0``).
-            call = prepare(self._prompt, on_token=send.send, **self._options)
+            call = begin(self._prompt, on_token=send.send, **self._options)
         except BaseException:
             send.close()
             self._receive.close()
