@@ -5,9 +5,24 @@ Off by default (``addopts`` deselects the ``real_llm`` marker); run them with::
     AGENCY_REAL_LLM_MODEL=openai/qwen2.5 AGENCY_REAL_LLM_API_BASE=http://127.0.0.1:8080/v1 \\
         python3 -m pytest -m real_llm -n 0
 
-(``AGENCY_REAL_LLM_API_KEY`` when the server wants one.) Any OpenAI-compatible server does,
-e.g. a local llama.cpp ``llama-server``. Selected without those variables, the tests fail
-saying what is missing: they never skip.
+Any OpenAI-compatible server does, e.g. a local llama.cpp ``llama-server`` or
+llama-cpp-python's ``python -m llama_cpp.server``. Every generation goes to one
+``agency.Model`` built from these variables (``tests/real_llm.py``):
+
+* ``AGENCY_REAL_LLM_MODEL``, ``AGENCY_REAL_LLM_API_BASE``: the litellm model string and the
+  server's ``/v1`` URL (required);
+* ``AGENCY_REAL_LLM_API_KEY``: the key the server wants (default ``none``);
+* ``AGENCY_REAL_LLM_MAX_TOKENS``: the most tokens of every generation, the examples' too
+  (default 256: a CPU server would otherwise write for minutes);
+* ``AGENCY_REAL_LLM_OPTIONS``: a JSON object of Model options sent with every request,
+  e.g. ``'{"tool_choice": "required", "temperature": 0}'``;
+* ``AGENCY_REAL_LLM_JSON_SCHEMA``: ``1`` when the server constrains output to a JSON schema
+  (``Model(json_schema=True)``), ``0`` to put schemas in the prompt (unset: litellm decides);
+* ``AGENCY_REAL_LLM_TIMEOUT``: seconds an example may run (default 600).
+
+An example that fails shows its exit code and the tails of its stdout (its own report) and
+its stderr. Selected without the required variables, the tests fail saying what is missing:
+they never skip.
 """
 
 from __future__ import annotations
@@ -21,43 +36,40 @@ from typing import Any
 import pytest
 
 from agency_runtime import agency
+from tests.real_llm import RealLLM, RealLLMSettingsError, failure_message, read_settings
 
 pytestmark = [pytest.mark.real_llm, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _server() -> dict[str, str]:
-    model = os.environ.get("AGENCY_REAL_LLM_MODEL")
-    base = os.environ.get("AGENCY_REAL_LLM_API_BASE")
-    if not model or not base:
-        pytest.fail(
-            "the real_llm tests need AGENCY_REAL_LLM_MODEL (a litellm model string such as "
-            "openai/qwen2.5) and AGENCY_REAL_LLM_API_BASE (the server's /v1 URL)"
-        )
-    return {"model": model, "base": base, "key": os.environ.get("AGENCY_REAL_LLM_API_KEY", "none")}
+def _settings() -> RealLLM:
+    try:
+        return read_settings(os.environ)
+    except RealLLMSettingsError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.mark.parametrize("example", ["quickstart.py", "research_helper.py"])
 def test_an_example_runs_against_the_real_model(example: str, tmp_path: Path) -> None:
-    server = _server()
+    settings = _settings()
     env = {
         **os.environ,
-        "AGENCY_MODEL": server["model"],
-        "OPENAI_BASE_URL": server["base"],
-        "OPENAI_API_BASE": server["base"],
-        "OPENAI_API_KEY": server["key"],
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "OPENAI_BASE_URL": settings.api_base,  # for anything that names the server by itself
+        "OPENAI_API_BASE": settings.api_base,
+        "OPENAI_API_KEY": settings.api_key,
         "AGENCY_STORE": f"sqlite:///{tmp_path / 'runs.db'}",
     }
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / example)],
+        [sys.executable, "-m", "tests.real_llm", str(ROOT / "examples" / example)],
         env=env,
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=settings.timeout,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, failure_message(done)
 
 
 def add(a: int, b: int) -> int:
@@ -70,10 +82,8 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def test_the_tool_loop_against_the_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    server = _server()
-    monkeypatch.setenv("OPENAI_BASE_URL", server["base"])
-    monkeypatch.setenv("OPENAI_API_KEY", server["key"])
+def test_the_tool_loop_against_the_real_model() -> None:
+    model = _settings().model()
     calls: list[Any] = []
 
     async def entry() -> str:
@@ -85,8 +95,9 @@ def test_the_tool_loop_against_the_real_model(monkeypatch: pytest.MonkeyPatch) -
         return str(
             await agency.llm(
                 "Use the tool to add 1234 and 4321, then answer with the sum only.",
-                model=server["model"],
+                model=model,
                 tools=[agency.tool(counted, name="add")],
+                on_max_tool_rounds="answer",  # a model that keeps calling still answers
             )
         )
 

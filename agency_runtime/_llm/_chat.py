@@ -27,7 +27,7 @@ import math
 import os
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError, create_model
@@ -66,6 +66,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_TOOL_ROUNDS",
+    "OnMaxToolRounds",
+    "ask",
+    "begin",
     "bill",
     "llm",
     "with_transient_retries",
@@ -90,6 +93,9 @@ MAX_TOOL_ROUNDS = 8
 
 TOOL_APPROVAL = "std::tool-approval"
 """The effect of the interrupt a ``needs_approval`` tool asks before it runs."""
+
+OnMaxToolRounds = Literal["raise", "answer"]
+"""What ``agency.llm`` does when the model still calls tools after ``max_tool_rounds``."""
 
 TokenCallback = Callable[[str], Awaitable[None] | None]
 """``on_token(delta)``: called with each piece of a streamed answer, in order."""
@@ -208,6 +214,7 @@ async def llm(
     timeout: float | None = None,
     tools: list[Tool | Callable[..., Any]] | None = None,
     max_tool_rounds: int = MAX_TOOL_ROUNDS,
+    on_max_tool_rounds: OnMaxToolRounds = "raise",
     on_token: TokenCallback | None = None,
 ) -> Any:
     """Ask the model; return its answer (``str``, or an instance of ``schema``).
@@ -222,22 +229,64 @@ async def llm(
     An empty prompt returns ``""`` and does nothing else.
 
     ``tools``: functions (or :func:`agency.tool <agency_runtime._llm._tools.tool>` values)
-    the model may call. Each round's model answer and each tool execution are journaled
+    the model may call (each request offers them with ``tool_choice="auto"`` unless the
+    model's options choose). Each round's model answer and each tool execution are journaled
     steps of their own (``tool:<name>``), so a run resumed in the middle of the loop never
     runs a completed tool again; a tool's error, unknown tool names and arguments that fail
-    validation are fed back to the model; more than ``max_tool_rounds`` rounds of calls
-    raise :class:`ToolRoundsExceededError`. ``on_token(delta)`` (sync or async) streams the
-    answer's text as it arrives; a replayed call gives it the recorded text in one piece.
+    validation are fed back to the model. After ``max_tool_rounds`` rounds of calls,
+    ``on_max_tool_rounds="raise"`` (the default) raises :class:`ToolRoundsExceededError`
+    when the model calls tools again; ``"answer"`` asks one last round with
+    ``tool_choice="none"``, whose text is the answer (journaled like any round).
+    ``on_token(delta)`` (sync or async) streams the answer's text as it arrives; a replayed
+    call gives it the recorded text in one piece.
     """
+    call = begin(
+        prompt,
+        model=model,
+        schema=schema,
+        thread=thread,
+        max_tokens=max_tokens,
+        retries=retries,
+        timeout=timeout,
+        tools=tools,
+        max_tool_rounds=max_tool_rounds,
+        on_max_tool_rounds=on_max_tool_rounds,
+        on_token=on_token,
+    )
+    return "" if call is None else await ask(call)
+
+
+def begin(
+    prompt: MessageContent,
+    *,
+    model: str | Model | None = None,
+    schema: Any = None,
+    thread: MessageThread | str | int | None = None,
+    max_tokens: int | None = None,
+    retries: int | None = None,
+    timeout: float | None = None,
+    tools: list[Tool | Callable[..., Any]] | None = None,
+    max_tool_rounds: int = MAX_TOOL_ROUNDS,
+    on_max_tool_rounds: OnMaxToolRounds = "raise",
+    on_token: TokenCallback | None = None,
+) -> _Call | None:
+    """The first half of :func:`llm` (same arguments): check them and count the call at the
+    current task's position, so its journal address is fixed here; ``None`` for an empty
+    prompt. :func:`ask` makes the call, in this task or in one it starts
+    (``agency.llm_stream``): either way the call has the address ``agency.llm`` gives it."""
     frame = current_frame("llm()")
     if _is_empty(prompt):
-        return ""
+        return None
     if not isinstance(prompt, str | list):
         raise InvalidArgumentError(
             f"the prompt must be a string or a list of content parts, got {type(prompt).__name__}"
         )
     _check_options(max_tokens, retries, timeout)
     rounds = _check_rounds(max_tool_rounds)
+    if on_max_tool_rounds not in ("raise", "answer"):
+        raise InvalidArgumentError(
+            f"on_max_tool_rounds must be 'raise' or 'answer', got {on_max_tool_rounds!r}"
+        )
     if on_token is not None and not callable(on_token):
         raise InvalidArgumentError(f"on_token must be a callable, got {type(on_token).__name__}")
     chosen_tools = {} if tools is None else as_tools(tools)
@@ -252,14 +301,29 @@ async def llm(
     call = _Call(
         frame, path, target, chosen, schema, adapter, timeout, max_tokens, chosen_tools, on_token
     )
-    replayed = journal.entries.get(path) is not None
+    call.prompt, call.retries, call.max_rounds = prompt, retries, rounds
+    call.answer_at_max = on_max_tool_rounds == "answer"
+    return call
+
+
+async def ask(call: _Call) -> Any:
+    """The second half of :func:`llm`: the call :func:`begin` counted, journaled at its
+    address (a replay returns the recorded answer without asking the model)."""
+    frame, path, chosen, adapter, on_token = (
+        call.frame,
+        call.path,
+        call.model,
+        call.adapter,
+        call.on_token,
+    )
+    replayed = journal_of(frame.ctx).entries.get(path) is not None
 
     def unit(observed: bool) -> Awaitable[tuple[Any, str]]:
         return journaled(
             frame,
             path,
             "agency.llm",
-            lambda: _converse(call, prompt, retries, rounds),
+            lambda: _converse(call),
             encode=lambda outcome: _recorded(outcome, adapter),
             decode=lambda recorded: _revived(recorded, adapter),
             callsite=chosen.name,
@@ -347,11 +411,15 @@ class _Call:
 
     __slots__ = (
         "adapter",
+        "answer_at_max",
         "frame",
+        "max_rounds",
         "max_tokens",
         "model",
         "on_token",
         "path",
+        "prompt",
+        "retries",
         "schema",
         "thread",
         "timeout",
@@ -379,6 +447,11 @@ class _Call:
             max_tokens,
         )
         self.tools, self.on_token = tools, on_token
+        self.prompt: MessageContent = ""
+        self.retries: int | None = None
+        self.max_rounds = MAX_TOOL_ROUNDS
+        self.answer_at_max = False
+        """``on_max_tool_rounds="answer"``: a last round without tools after the last one."""
 
 
 def _deliver_queued(thread: MessageThread) -> None:
@@ -388,24 +461,33 @@ def _deliver_queued(thread: MessageThread) -> None:
         thread.add(queued.role, queued.content, queued.label)
 
 
-async def _converse(
-    call: _Call, prompt: MessageContent, retries: int | None, max_rounds: int
-) -> tuple[Any, str]:
-    thread, adapter = call.thread, call.adapter
+async def _converse(call: _Call) -> tuple[Any, str]:
+    thread, adapter, max_rounds = call.thread, call.adapter, call.max_rounds
     _deliver_queued(thread)
-    thread.add("user", prompt)
-    attempts = (1 if retries is None else retries) + 1
+    thread.add("user", call.prompt)
+    attempts = (1 if call.retries is None else call.retries) + 1
     attempt, rounds, turn, executed = 1, 0, 0, 0
     while True:
-        text, calls = await _round(call, turn)
+        last = call.answer_at_max and bool(call.tools) and rounds >= max_rounds
+        text, calls = await _round(call, turn, "none" if last else None)
         turn += 1
         if calls:
             rounds += 1
+            if last:
+                raise ToolRoundsExceededError(
+                    f"the model {call.model.name!r} still called tools in the last round "
+                    f"after {max_rounds} round(s) ({', '.join(c.name for c in calls)}), "
+                    "although it was sent tool_choice='none'; its server may not honour "
+                    "tool_choice: raise max_tool_rounds, or tell it in the prompt when to stop",
+                    model=call.model.name,
+                    attempts=rounds,
+                )
             if rounds > max_rounds:
                 raise ToolRoundsExceededError(
                     f"the model {call.model.name!r} still called tools after {max_rounds} "
                     f"round(s) ({', '.join(c.name for c in calls)}) without answering; raise "
-                    "max_tool_rounds, or tell it in the prompt when to stop",
+                    "max_tool_rounds, tell it in the prompt when to stop, or pass "
+                    "on_max_tool_rounds='answer' to ask for an answer without tools then",
                     model=call.model.name,
                     attempts=rounds,
                 )
@@ -434,13 +516,16 @@ async def _converse(
             thread.add("user", FEEDBACK.format(errors="\n".join(f"- {e}" for e in errors)))
 
 
-async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
+async def _round(
+    call: _Call, turn: int, tool_choice: str | None = None
+) -> tuple[str, list[ToolCall]]:
     """One request to the model and its answer on the thread, billed.
 
     With tools each round is a journaled unit of its own (``…/round#N``): a run resumed in
     the middle of a tool loop replays the rounds it had instead of asking again. An
     observer sees each request as a chat (the round's own step would only repeat it), and a
-    replayed round as a replayed chat.
+    replayed round as a replayed chat. ``tool_choice``: the runtime's own (``"none"``: the
+    last round, which must answer).
     """
     if not call.tools and _observe.OBSERVER is None:
         return await _answer(call, None)  # the common case: no round unit, nobody watching
@@ -449,9 +534,9 @@ async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
     async def ask() -> tuple[str, list[ToolCall]]:
         obs = _observe.OBSERVER
         if obs is None:
-            return await _answer(call, None)
+            return await _answer(call, None, tool_choice)
         with obs.chat(call.model.model, call.model.name, path, False) as watch:
-            return await _answer(call, watch)
+            return await _answer(call, watch, tool_choice)
 
     if not call.tools:
         return await ask()
@@ -483,9 +568,11 @@ async def _round(call: _Call, turn: int) -> tuple[str, list[ToolCall]]:
         return await unit()
 
 
-async def _answer(call: _Call, watch: _observe.ChatWatch | None) -> tuple[str, list[ToolCall]]:
+async def _answer(
+    call: _Call, watch: _observe.ChatWatch | None, tool_choice: str | None = None
+) -> tuple[str, list[ToolCall]]:
     """Ask the model once; put its answer on the thread and bill it (``watch``: report it)."""
-    response = await _request(call)
+    response = await _request(call, tool_choice)
     calls = list(response.tool_calls)
     if calls:
         call.thread.push(
@@ -760,7 +847,7 @@ async def with_transient_retries(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _request(call: _Call) -> ChatResponse:
+async def _request(call: _Call, tool_choice: str | None = None) -> ChatResponse:
     from ._provider import DEFAULT_TIMEOUT, ChatRequest, ChatResponse, StreamEnd, TextDelta
 
     chosen, schema, timeout, max_tokens = call.model, call.schema, call.timeout, call.max_tokens
@@ -770,7 +857,10 @@ async def _request(call: _Call) -> ChatResponse:
     output: type[BaseModel] | None = None
     if schema is not None:
         output = _response_format(schema)
-        if not await provider.supports_schema(chosen.model):
+        constrained = chosen.json_schema
+        if constrained is None:  # the model does not say: the provider knows (or not)
+            constrained = await provider.supports_schema(chosen.model)
+        if not constrained:
             import json  # on first use (the json module is not needed to import agency_runtime)
 
             instruction = (
@@ -786,6 +876,7 @@ async def _request(call: _Call) -> ChatResponse:
         max_tokens=max_tokens,
         response_format=output,
         tools=tuple(tool.spec for tool in call.tools.values()) if call.tools else (),
+        tool_choice=tool_choice,
         api_base=chosen.api_base,
         api_key=secret,
         params=chosen.params,

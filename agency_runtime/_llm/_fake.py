@@ -252,10 +252,14 @@ class FakeRequest:
     timeout: float | None
     """The request timeout in seconds, if any."""
     extra: dict[str, Any] = field(default_factory=dict)
-    """Every other optional parameter the provider received (temperature, tool_choice, ...)."""
+    """Every other optional parameter the provider received through litellm (temperature,
+    seed, ...)."""
     tools: list[dict[str, Any]] = field(default_factory=list)
     """The tools the request offered, in the OpenAI shape (``{"type": "function",
     "function": {"name", "description", "parameters"}}``); ``[]`` when none."""
+    tool_choice: str | dict[str, Any] | None = None
+    """The ``tool_choice`` the request carried: ``"auto"`` with tools unless the model's
+    options chose, ``"none"`` on a last round that must answer, ``None`` without tools."""
     params: dict[str, Any] = field(default_factory=dict)
     """The request's provider keyword arguments at the seam: an ``agency.Model``'s
     ``temperature``, ``seed``, ``top_p`` and ``options`` (``{}`` when none)."""
@@ -915,6 +919,7 @@ def _seam_request(fake: FakeModel, request: ChatRequest) -> FakeRequest:
         max_tokens=request.max_tokens,
         timeout=request.timeout,
         tools=[tool.to_openai() for tool in request.tools],
+        tool_choice=request.chosen_tool_choice,
         params=dict(request.params),
         api_base=request.api_base,
         api_key=request.api_key,

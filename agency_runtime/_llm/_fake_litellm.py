@@ -149,6 +149,7 @@ def _request(
     response_format = params.pop("response_format", None)
     max_tokens = params.pop("max_tokens", None)
     tools = params.pop("tools", None)
+    tool_choice = params.pop("tool_choice", None)
     seconds: float | None
     if isinstance(timeout, int | float):
         seconds = float(timeout)
@@ -163,6 +164,7 @@ def _request(
         timeout=seconds,
         extra=params,
         tools=[dict(tool) for tool in tools] if isinstance(tools, list | tuple) else [],
+        tool_choice=tool_choice if isinstance(tool_choice, str | dict) else None,
     )
 
 

@@ -16,8 +16,9 @@ exceptions become :class:`~._provider.ProviderError` (:func:`litellm_error`: tim
 A request's ``api_base``, ``api_key`` (its secret value) and ``params`` (temperature, seed,
 top_p, a model's options) go to ``litellm.acompletion`` and ``litellm.aembedding`` as
 keyword arguments of the same names. A request's tools go to litellm as OpenAI-shape
-``tools`` (``tool_choice`` left to the provider's default, ``"auto"``, unless a model's
-options set it); the tools the model called come back as
+``tools`` with an explicit ``tool_choice`` (:attr:`~._provider.ChatRequest.chosen_tool_choice`:
+``"auto"`` unless the model's options or the runtime chose; without tools none is sent,
+whatever the options say); the tools the model called come back as
 :class:`~._provider.ToolCall` items, read from ``message.tool_calls`` or assembled from a
 stream's ``delta.tool_calls`` pieces (arguments a provider sent as a dict are dumped to
 JSON text).
@@ -362,8 +363,10 @@ def _chat_kwargs(request: ChatRequest) -> dict[str, Any]:
         kwargs["max_tokens"] = request.max_tokens
     if request.response_format is not None:
         kwargs["response_format"] = request.response_format
+    kwargs.pop("tool_choice", None)  # only with tools: a provider refuses it without
     if request.tools:
         kwargs["tools"] = [tool.to_openai() for tool in request.tools]
+        kwargs["tool_choice"] = request.chosen_tool_choice
     return kwargs
 
 

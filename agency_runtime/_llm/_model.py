@@ -59,6 +59,7 @@ _FIELDS = (
     "seed",
     "top_p",
     "options",
+    "json_schema",
     "input_cost_per_token",
     "output_cost_per_token",
 )
@@ -71,7 +72,10 @@ RESERVED_OPTIONS: Mapping[str, str] = {
     "stream_options": "the runtime sets it when it streams",
     "timeout": "pass timeout=... to agency.llm",
     "num_retries": "the runtime retries transient errors itself",
-    "response_format": "pass schema=... to agency.llm",
+    "response_format": (
+        "pass schema=... to agency.llm (with Model(..., json_schema=True) it is sent as a "
+        "JSON-schema response_format)"
+    ),
     "input": "the runtime sends the texts to embed",
     "base_url": "use api_base=",
 }
@@ -145,6 +149,13 @@ def _problem(data: Mapping[str, Any]) -> str | None:
     seed = data.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         return f"Model seed must be a whole number, got {seed!r}"
+    json_schema = data.get("json_schema")
+    if json_schema is not None and not isinstance(json_schema, bool):
+        return (
+            "Model json_schema must be True (the endpoint constrains its output to a JSON "
+            "schema), False (put the schema in the prompt) or None (ask the provider), "
+            f"got {json_schema!r:.80}"
+        )
     options = data.get("options")
     if options is not None:
         return _options_problem(options)
@@ -177,8 +188,11 @@ class Model(DeferredModel):
     ``api_base`` and ``api_key`` reach the provider with every request (the key is a
     ``SecretStr``: it is shown as ``'**********'`` everywhere). ``temperature``, ``seed``,
     ``top_p`` and ``options`` (more provider keyword arguments, JSON data) are sent when
-    set. ``input_cost_per_token`` / ``output_cost_per_token`` (US dollars) price its calls,
-    over any price the provider reports; a call of a model nobody priced is billed $0.
+    set. ``json_schema`` says whether the endpoint constrains its output to a JSON schema
+    (``agency.llm(..., schema=X)`` then sends it as ``response_format``; ``None``, the
+    default: ask the provider, which knows hosted models but not local servers).
+    ``input_cost_per_token`` / ``output_cost_per_token`` (US dollars) price its calls, over
+    any price the provider reports; a call of a model nobody priced is billed $0.
 
     Frozen. Invalid fields raise :class:`~agency_runtime.InvalidArgumentError`.
     """
@@ -198,6 +212,11 @@ class Model(DeferredModel):
     top_p: float | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     """Other keyword arguments for the provider (``{"presence_penalty": 0.5}``)."""
+    json_schema: bool | None = None
+    """Whether ``agency.llm(..., schema=X)`` sends ``X`` as a JSON-schema ``response_format``
+    for the endpoint to constrain its output (``True``: e.g. llama.cpp, vLLM; ``False``: the
+    schema goes in the prompt); ``None``: the provider decides (litellm knows hosted models;
+    an ``openai/<local>`` model it does not know gets the prompt)."""
     input_cost_per_token: float | None = None
     """US dollars per prompt token (wins over the provider's price)."""
     output_cost_per_token: float | None = None
@@ -214,6 +233,7 @@ class Model(DeferredModel):
         seed: int | None = None,
         top_p: float | None = None,
         options: Mapping[str, Any] | None = None,
+        json_schema: bool | None = None,
         input_cost_per_token: float | None = None,
         output_cost_per_token: float | None = None,
     ) -> None:
@@ -226,6 +246,7 @@ class Model(DeferredModel):
             "seed": seed,
             "top_p": top_p,
             "options": {} if options is None else options,
+            "json_schema": json_schema,
             "input_cost_per_token": input_cost_per_token,
             "output_cost_per_token": output_cost_per_token,
         }

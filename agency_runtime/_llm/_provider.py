@@ -120,10 +120,16 @@ class ChatRequest:
     """The most tokens the answer may have, if the caller set a limit."""
     response_format: type[BaseModel] | None = None
     """The pydantic model the answer must be a JSON document of, sent as a JSON-schema
-    response format. The caller sets it only when :meth:`ChatProvider.supports_schema` said
-    yes; otherwise the schema travels as an instruction in ``messages``."""
+    response format. The caller sets it only when the model says its endpoint takes one
+    (``agency.Model(..., json_schema=True)``) or, when the model does not say,
+    :meth:`ChatProvider.supports_schema` said yes; otherwise the schema travels as an
+    instruction in ``messages``."""
     tools: tuple[ToolSpec, ...] = ()
     """Tools the model may call instead of answering (none: a plain completion)."""
+    tool_choice: str | dict[str, Any] | None = None
+    """How the model may use ``tools`` when the runtime decides it (``"none"``: a last round
+    that must answer in text); ``None``: the model's own choice (see
+    :attr:`chosen_tool_choice`)."""
     api_base: str | None = None
     """The endpoint's base URL, when the model has its own (``None``: the provider's default)."""
     api_key: SecretStr | None = field(default=None, repr=False)
@@ -132,6 +138,19 @@ class ChatRequest:
     params: Mapping[str, Any] = field(default_factory=dict)
     """More keyword arguments for the provider: ``temperature``, ``seed``, ``top_p`` and the
     model's ``options`` (JSON data), when set."""
+
+    @property
+    def chosen_tool_choice(self) -> str | dict[str, Any] | None:
+        """The ``tool_choice`` the request carries: ``None`` without tools; with tools the
+        request's own :attr:`tool_choice`, else the one the model's options (``params``) set,
+        else ``"auto"``. (Some servers, llama-cpp-python's among them, leave the tools out of
+        the prompt when a request names no ``tool_choice``.)"""
+        if not self.tools:
+            return None
+        if self.tool_choice is not None:
+            return self.tool_choice
+        chosen = self.params.get("tool_choice")
+        return "auto" if chosen is None else chosen
 
 
 @dataclass(frozen=True, slots=True)

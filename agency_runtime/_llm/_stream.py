@@ -11,11 +11,13 @@
         ...
 
 It is one ``agency.llm`` call (the same options, tools included) whose ``on_token`` feeds the
-iterator: the answer is journaled when it ends, and a replay yields the recorded text as one
-delta without calling anything. The ``async with`` form owns the call's task for its block,
-so leaving the loop early (``break``, an exception) cancels the call cleanly. The short form
-keeps that task inside the async generator, which Python does not close on ``break``: read
-it to the end, or use the ``async with`` form to stop early.
+iterator: the answer is journaled when it ends, at the address ``agency.llm`` would give it
+(the call is counted where the stream is entered, before the task that makes it starts), so
+code may switch between the two forms under an in-flight run; a replay yields the recorded
+text as one delta without calling anything. The ``async with`` form owns the call's task for
+its block, so leaving the loop early (``break``, an exception) cancels the call cleanly. The
+short form keeps that task inside the async generator, which Python does not close on
+``break``: read it to the end, or use the ``async with`` form to stop early.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ import anyio
 
 from .._core._frame import current_frame
 from .._errors import InvalidArgumentError
-from ._chat import llm
+from ._chat import ask, begin
 
 if TYPE_CHECKING:  # anyio loads its streams with the first stream (~10 ms otherwise)
     import anyio.abc
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+    from ._chat import _Call
 
 __all__ = ["LLMStream", "llm_stream"]
 
@@ -53,7 +57,6 @@ class LLMStream:
         self._options = options
         self._result: Any = _UNSET
         self._group: anyio.abc.TaskGroup | None = None
-        self._send: MemoryObjectSendStream[str] | None = None
         self._receive: MemoryObjectReceiveStream[str] | None = None
         self._iterated = False
         self._failure: BaseException | None = None
@@ -67,10 +70,10 @@ class LLMStream:
             )
         return self._result
 
-    async def _produce(self, send: MemoryObjectSendStream[str]) -> None:
+    async def _produce(self, call: _Call, send: MemoryObjectSendStream[str]) -> None:
         async with send:
             try:
-                self._result = await llm(self._prompt, on_token=send.send, **self._options)
+                self._result = await ask(call)
             except anyio.get_cancelled_exc_class():
                 raise
             except BaseException as exc:  # raised where the deltas are read, as it is
@@ -79,10 +82,22 @@ class LLMStream:
     async def __aenter__(self) -> LLMStream:
         if self._group is not None:
             raise InvalidArgumentError("an agency.llm_stream(...) can be entered once")
-        self._send, self._receive = anyio.create_memory_object_stream[str](math.inf)
+        send, self._receive = anyio.create_memory_object_stream[str](math.inf)
+        try:
+            # Counted here, in the caller's task, as agency.llm counts: a call made in the
+            # task started below would be numbered in that task's branch (``0.0:llm#0``).
+            call = begin(self._prompt, on_token=send.send, **self._options)
+        except BaseException:
+            send.close()
+            self._receive.close()
+            raise
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
-        self._group.start_soon(self._produce, self._send)
+        if call is None:  # an empty prompt: agency.llm returns "" and does nothing else
+            self._result = ""
+            send.close()
+        else:
+            self._group.start_soon(self._produce, call, send)
         return self
 
     async def __aexit__(

@@ -334,11 +334,40 @@ async def test_litellm_provider_sends_tools_and_reads_tool_calls(
     )
     assert (response.usage, response.cost) == (Usage(5, 2, 7), 0.5)
     assert seen[0]["tools"] == [WEATHER.to_openai(), TIME.to_openai()]
-    assert "tool_choice" not in seen[0]
+    assert seen[0]["tool_choice"] == "auto"  # explicit: llama-cpp-python ignores tools without
 
     seen.clear()
     await LITELLM_PROVIDER.complete(chat("some/model"))
     assert "tools" not in seen[0]  # no tools: none sent
+    assert "tool_choice" not in seen[0]
+
+
+@SHARES_LITELLM
+@asyncio_only(LITELLM)
+async def test_litellm_provider_sends_the_callers_tool_choice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    litellm = await load_litellm()
+    seen: list[dict[str, Any]] = []
+
+    async def acompletion(**kwargs: Any) -> _Response:
+        seen.append(kwargs)
+        return _Response("ok", None)
+
+    monkeypatch.setattr(litellm, "acompletion", acompletion)
+    chosen = {"tool_choice": "required", "temperature": 0.5}  # a Model's options
+    forced = {"type": "function", "function": {"name": "get_time"}}
+    await LITELLM_PROVIDER.complete(ChatRequest("some/model", [USER], tools=(TIME,), params=chosen))
+    await LITELLM_PROVIDER.complete(
+        ChatRequest("some/model", [USER], tools=(TIME,), params={"tool_choice": forced})
+    )
+    await LITELLM_PROVIDER.complete(  # the runtime's own (a last round) wins over the options
+        ChatRequest("some/model", [USER], tools=(TIME,), tool_choice="none", params=chosen)
+    )
+    await LITELLM_PROVIDER.complete(ChatRequest("some/model", [USER], params=chosen))
+    assert [kwargs.get("tool_choice") for kwargs in seen] == ["required", forced, "none", None]
+    assert "tool_choice" not in seen[3]  # without tools it is never sent: providers refuse it
+    assert all(kwargs["temperature"] == 0.5 for kwargs in seen[:1] + seen[2:])
 
 
 @SHARES_LITELLM

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 import agency_runtime._llm._chat as llm_module
 from agency_runtime import (
@@ -202,6 +202,9 @@ def test_the_api_key_never_shows_in_a_repr_a_str_or_a_dump() -> None:
         ({"model": "fake/x", "seed": 1.5}, "seed must be a whole number"),
         ({"model": "fake/x", "seed": "7"}, "seed must be a whole number"),
         ({"model": "fake/x", "seed": True}, "seed must be a whole number"),
+        ({"model": "fake/x", "json_schema": "yes"}, "json_schema must be True"),
+        ({"model": "fake/x", "json_schema": 1}, "json_schema must be True"),
+        ({"model": "fake/x", "options": {"response_format": {}}}, "json_schema=True"),
         ({"model": "fake/x", "input_cost_per_token": -1e-6}, "input_cost_per_token must be"),
         ({"model": "fake/x", "output_cost_per_token": math.nan}, "output_cost_per_token must"),
         ({"model": "fake/x", "output_cost_per_token": math.inf}, "output_cost_per_token must"),
@@ -300,6 +303,23 @@ async def test_options_reach_the_fake_provider_per_call_streamed_or_not() -> Non
         False,
     )
     assert MODELS.names() == []  # a per-call Model is used, not registered
+
+
+class Pet(BaseModel):
+    name: str
+
+
+async def test_a_model_that_says_json_schema_false_gets_the_schema_in_the_prompt() -> None:
+    pets = FakeModel("pets", replies=[{"name": "Rex"}, {"name": "Rex"}])
+    with pets as fake, agency.test_context():  # the fake provider supports a response format
+        await agency.llm("a pet", model=Model("fake/pets", json_schema=False), schema=Pet)
+        await agency.llm("a pet", model=Model("fake/pets"), schema=Pet)
+    prompted, constrained = fake.calls
+    assert prompted.response_format is None
+    assert "JSON schema" in prompted.messages[-1]["content"]
+    assert constrained.response_format["json_schema"]["name"] == "Pet"
+    assert Model("fake/pets", json_schema=True) != Model("fake/pets")
+    assert "json_schema=True" in repr(Model("fake/pets", json_schema=True))
 
 
 async def test_a_per_call_model_wins_over_the_run_default() -> None:

@@ -121,6 +121,45 @@ async def test_llm_stream_yields_the_deltas(store: Store, form: str) -> None:
     assert names == ["agency.llm"]
 
 
+FORM = {"now": "stream"}
+"""How ``switches_forms`` asks: the code of a run may change while it is paused."""
+
+
+@agency.entry
+async def switches_forms() -> str:
+    deltas: list[str] = []
+    if FORM["now"] == "stream":
+        async with agency.llm_stream("a story", model="fake/story") as stream:
+            async for delta in stream:
+                deltas.append(delta)
+        text = str(stream.result)
+    else:
+        text = str(await agency.llm("a story", model="fake/story", on_token=deltas.append))
+    SEEN.append(("".join(deltas), 0.0))
+    await agency.interrupt("go", "go on?")
+    return text
+
+
+@pytest.mark.parametrize(("first", "then"), [("stream", "on_token"), ("on_token", "stream")])
+async def test_llm_stream_and_on_token_journal_the_call_at_one_address(
+    store: Store, first: str, then: str
+) -> None:
+    with FakeModel("story", replies=[FakeStream(CHUNKS)]) as fake:
+        FORM["now"] = first
+        paused = await agency.run(switches_forms, run_id="forms", store=store)
+        (entry,) = await agency.runs.journal("forms", store=store)
+        assert (entry.name, entry.path) == ("agency.llm", "llm#0")
+        FORM["now"] = then  # the code changed under the paused run
+        (asked,) = paused.interrupts
+        done = await agency.respond_to_interrupts(
+            "forms", {asked.interrupt_id: approve()}, store=store
+        )
+    assert done.value == "Once upon a time."
+    assert len(fake.calls) == 1  # the resumed run replayed the recorded answer
+    assert [text for text, _ in SEEN] == ["Once upon a time."] * 2  # streamed, then replayed
+    assert [e.path for e in await agency.runs.journal("forms", store=store)] == ["llm#0"]
+
+
 @agency.entry
 async def breaks_early() -> list[str]:
     seen: list[str] = []

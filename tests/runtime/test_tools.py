@@ -274,7 +274,58 @@ async def test_too_many_rounds_end_with_a_clear_error(store: Store) -> None:
     assert result.status == "failed"
     assert isinstance(result.exception, ToolRoundsExceededError)
     assert "after 2 round(s)" in str(result.exception)
+    assert "on_max_tool_rounds='answer'" in str(result.exception)
     assert RAN == {"weather 0": 1, "weather 1": 1}
+
+
+def never_stops(request: FakeRequest) -> Any:
+    """A model that calls a tool whenever it may (it answers only under tool_choice="none")."""
+    if request.tool_choice == "none":
+        return "Paris is sunny (from what I found)."
+    return [FakeToolCall("weather", {"city": f"Paris {len(_tool_messages(request))}"})]
+
+
+@agency.entry
+async def answers_at_the_last_round() -> str:
+    answer = await agency.llm(
+        "go", model="fake/tools", tools=[weather], max_tool_rounds=2, on_max_tool_rounds="answer"
+    )
+    await agency.interrupt("go", "go on?")  # the run pauses: its resumption replays the call
+    return str(answer)
+
+
+async def test_on_max_tool_rounds_answer_asks_a_last_round_without_tools(store: Store) -> None:
+    with FakeModel("tools", function=never_stops) as fake:
+        paused = await agency.run(answers_at_the_last_round, run_id="last", store=store)
+        assert [request.tool_choice for request in fake.calls] == ["auto", "auto", "none"]
+        assert all(request.tools for request in fake.calls)  # the last round still names them
+        (asked,) = paused.interrupts
+        answers = {asked.interrupt_id: approve()}
+        done = await agency.respond_to_interrupts("last", answers, store=store)
+    assert done.value == "Paris is sunny (from what I found)."
+    assert RAN == {"weather Paris 0": 1, "weather Paris 1": 1}
+    assert len(fake.calls) == 3  # the resumed run replayed every round: no model call again
+    journal = await agency.runs.journal("last", store=store)
+    rounds = [entry.path for entry in journal if entry.name == "agency.llm:round"]
+    assert rounds == ["llm#0/round#0", "llm#0/round#1", "llm#0/round#2"]
+
+
+async def test_a_model_calling_tools_in_the_last_round_still_fails_clearly(store: Store) -> None:
+    async def entry() -> str:
+        return str(
+            await agency.llm(
+                "go", model="fake/tools", tools=[weather], max_tool_rounds=1,
+                on_max_tool_rounds="answer",
+            )
+        )  # fmt: skip
+
+    replies = [[FakeToolCall("weather", {"city": str(n)})] for n in range(3)]
+    with FakeModel("tools", replies=replies) as fake:  # it ignores tool_choice="none"
+        result = await agency.run(entry, store=store)
+    assert isinstance(result.exception, ToolRoundsExceededError)
+    assert "tool_choice='none'" in str(result.exception)
+    assert [request.tool_choice for request in fake.calls] == ["auto", "none"]
+    assert RAN == {"weather 0": 1}
 
 
 class Report(BaseModel):
@@ -370,6 +421,7 @@ async def test_bad_tool_options_are_refused(store: Store) -> None:
         ({"tools": "weather"}, "tools must be a list"),
         ({"tools": [weather, weather]}, "two tools are named"),
         ({"tools": [weather], "max_tool_rounds": 0}, "max_tool_rounds"),
+        ({"tools": [weather], "on_max_tool_rounds": "stop"}, "on_max_tool_rounds"),
         ({"on_token": "print"}, "on_token"),
     ]:
         with pytest.raises(InvalidArgumentError, match=message):

@@ -271,7 +271,8 @@ class FakeBotApi:
     @property
     def edits(self) -> list[dict[str, Any]]:
         """Successful ``editMessageText`` calls: chat_id, message_id, text and ``at`` (the
-        ``time.monotonic()`` it was applied at), in order (a snapshot)."""
+        ``time.time()`` it was applied at, the clock of :attr:`calls`), in order (a
+        snapshot)."""
         with self._lock:
             return [dict(e) for e in self._edits]
 
@@ -295,7 +296,8 @@ class FakeBotApi:
 
     @property
     def calls(self) -> list[dict[str, Any]]:
-        """Every request with a valid token: method, params, status, at (a snapshot)."""
+        """Every request with a valid token: method, params, status and ``at`` (the
+        ``time.time()`` it was answered at, the clock of :attr:`edits`) (a snapshot)."""
         with self._lock:
             return [dict(c) for c in self._calls]
 
@@ -555,7 +557,7 @@ class FakeBotApi:
                 raise _ApiError(400, _NOT_MODIFIED)
             self._shown[key] = text
             self._edits.append(
-                {"chat_id": chat, "message_id": message_id, "text": text, "at": time.monotonic()}
+                {"chat_id": chat, "message_id": message_id, "text": text, "at": time.time()}
             )
             thread = sent["message_thread_id"]
         message = self._bot_message(chat, message_id, text, thread)

@@ -91,7 +91,7 @@ async def test_the_preview_is_sent_early_edited_while_streaming_and_ends_as_the_
         async def tap(delta: str) -> None:
             assert turn.on_token is not None
             await turn.on_token(delta)
-            started.append(time.monotonic())
+            started.append(time.time())  # the fake's clock
             shown.append([m["text"] for m in api.messages])
 
         return str(await agency.llm(turn.input, on_token=tap))
@@ -100,7 +100,7 @@ async def test_the_preview_is_sent_early_edited_while_streaming_and_ends_as_the_
     with FakeModel("streamer", replies=[FakeStream(WORDS, delay=0.04)]) as model:
         async with bot(api, store, model, stream_interval=interval) as turns:
             outcome = await turns.handle(Ctx(store), payload=update, respond=respond)
-            ended = time.monotonic()
+            ended = time.time()
 
     assert shown[0] == ["Hel"]  # sent with the first piece, long before the answer ended
     partial = {texts[0] for texts in shown[:-1]}
@@ -525,6 +525,19 @@ async def test_the_fake_and_the_transport_edit_messages_as_telegram_does(
     assert api.sent[0]["text"] == "draft"  # sent keeps what was sent
     statuses = [c["status"] for c in api.calls if c["method"] == "editMessageText"]
     assert statuses == [200, 400, 400, 429]
+
+
+async def test_the_fakes_edits_and_calls_are_timed_on_one_clock(api: FakeBotApi) -> None:
+    before = time.time()
+    async with BotApiTransport(TOKEN, base_url=api.base_url, max_retries=1) as transport:
+        sent = await transport.send_message(str(OWNER), "draft")
+        assert sent.message_id is not None
+        await transport.edit_message_text(str(OWNER), sent.message_id, "final")
+    after = time.time()
+    (edit,) = api.edits
+    (call,) = [c for c in api.calls if c["method"] == "editMessageText"]
+    # The edit is applied while its call is answered: both on time.time(), in that order.
+    assert before <= edit["at"] <= call["at"] <= after
 
 
 async def test_send_durably_can_make_an_existing_message_its_first_chunk() -> None:
