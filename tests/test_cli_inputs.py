@@ -17,6 +17,7 @@ from agency_runtime import ResumableScope, Worker, agency
 from agency_runtime.cli import main
 
 
+@agency.entry
 def adds(a: int, b: int) -> int:
     return a + b
 

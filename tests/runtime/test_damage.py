@@ -23,6 +23,7 @@ pytestmark = [
 ]
 
 
+@agency.entry
 def adds(a: int, b: int) -> int:
     return a + b
 

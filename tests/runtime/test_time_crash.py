@@ -242,6 +242,7 @@ def test_two_workers_start_each_occurrence_once_while_one_is_killed(
 ) -> None:
     url, store = store_url
     anyio.run(lambda: agency.schedules.add("tick", app.tick, every=1, store=store))
+
     async def fired() -> dict[str, str]:
         return {r.run_id: r.status for r in await agency.runs.list(store=store)}
 
