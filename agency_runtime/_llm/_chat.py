@@ -33,6 +33,7 @@ import anyio
 from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
+from .._bounds import check_seconds
 from .._core import _observe
 from .._core._branches import qualify
 from .._core._cancel import AbortSignal, abort_reason, cancelled_by
@@ -182,13 +183,8 @@ def _check_options(max_tokens: int | None, retries: int | None, timeout: float |
         isinstance(retries, bool) or not isinstance(retries, int) or retries < 0
     ):
         raise InvalidArgumentError(f"retries must be 0 or more, got {retries!r}")
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if timeout is not None:
+        check_seconds(timeout, "timeout", positive=True)  # finite, at most 100 years
 
 
 def _check_rounds(max_tool_rounds: object) -> int:

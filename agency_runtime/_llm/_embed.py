@@ -12,8 +12,7 @@ billed to the run and every guard in scope.
 
 from __future__ import annotations
 
-import math
-
+from .._bounds import check_seconds
 from .._core._frame import current_frame_maybe
 from .._errors import InvalidArgumentError, LLMCallError
 from .._guards import charge
@@ -45,13 +44,8 @@ async def embed(
         )
     if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
         raise InvalidArgumentError("texts must be a list of strings")
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout <= 0
-    ):
-        raise InvalidArgumentError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if timeout is not None:
+        check_seconds(timeout, "timeout", positive=True)  # finite, at most 100 years
     if not texts:
         return []
     chosen = resolve_model(model)

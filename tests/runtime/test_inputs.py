@@ -22,6 +22,7 @@ from agency_runtime import (
     agency,
     open_store,
 )
+from agency_runtime._llm._embed import embed
 from agency_runtime._memory._persistence import _read_file, _write_file
 
 pytestmark = pytest.mark.anyio
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.anyio
 HUGE = [1e308, math.inf, math.nan, -1.0, timedelta(days=365 * 200)]
 
 
+@agency.entry
 def adds(a: int, b: int) -> int:
     return a + b
 
@@ -132,3 +134,16 @@ def test_memory_file_errors_are_store_errors(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"cannot write the memory file .*File name too long"):
         _write_file(too_long, "{}")
     assert issubclass(StoreError, AgencyError)
+
+
+@pytest.mark.parametrize("timeout", [1e308, float("inf"), 0, -1, True, "10"])
+async def test_an_llm_or_embedding_timeout_out_of_range_is_an_invalid_argument(
+    timeout: Any,
+) -> None:
+    with (
+        agency.test_context(),
+        pytest.raises(InvalidArgumentError, match="timeout must be a number of seconds"),
+    ):
+        await agency.llm("hi", model="fake/echo", timeout=timeout)
+    with pytest.raises(InvalidArgumentError, match="timeout must be a number of seconds"):
+        await embed("fake/echo", ["hi"], timeout=timeout)  # (agent memory's embeddings)
