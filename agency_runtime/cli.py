@@ -24,10 +24,11 @@ the embedded store in ``./.agency/``) and ``--json`` (machine-readable output), 
 after the command name.
 
 Output: tables fit in 100 columns (a long cell is shortened with ``…``; ``--json`` shows it in
-full). ``--json`` prints plain nested JSON: the JSON the store keeps as text (arguments,
-values, step results, locals, …) decoded into JSON values, money as ``cost_usd`` (US dollars)
-and times as ISO 8601 UTC strings. ``runs list`` pages with ``--limit`` / ``--offset``,
-newest first.
+full), except that an id (a run id, a step path, an interrupt id, a schedule's name) is never
+cut: the other commands take it. ``--json`` prints plain nested JSON: the JSON the store keeps
+as text (arguments, values, step results, locals, …) decoded into JSON values, money as
+``cost_usd`` (US dollars) and times as ISO 8601 UTC strings. ``runs list`` pages with
+``--limit`` / ``--offset``, newest first.
 
 Errors print one line, ``agency: error: <message>``, to stderr and exit 1 (with ``--json``:
 ``{"error": {"type": ..., "message": ...}}`` on stdout); usage errors exit 2; Ctrl-C exits
@@ -173,6 +174,23 @@ def _cut(text: str, width: int, keep: Keep = "start") -> str:
     return flat[:head] + "…" + flat[len(flat) - (room - head) :]
 
 
+ENTRY_SHOWN = 40
+"""A list's entry column keeps at least this many characters of the entry's name."""
+
+
+def _entry_name(ref: str) -> str:
+    """A run's entry as a list shows it: its name, without the module or script path
+    (``runs show`` has the whole reference)."""
+    return ref.rpartition(":")[2] or ref
+
+
+def _answer_text(response: InterruptResponse | None) -> str:
+    """An interrupt's answer in a journal row: ``approve``, ``reject: "why"``, ``pending``."""
+    if response is None:
+        return "pending"
+    return response.type if response.value is None else f"{response.type}: {_json(response.value)}"
+
+
 def _preview(text: str, width: int = PREVIEW) -> str:
     """``text`` on one line, cut to ``width`` characters with an ellipsis."""
     return _cut(text, width)
@@ -186,18 +204,20 @@ def _table(
     keep: Mapping[int, Keep],
     last: int | None = None,
     width: int = WIDTH,
+    floor: Mapping[int, int] | None = None,
 ) -> bool:
     """Print rows under headers in columns that fit ``width``; return whether a cell was cut.
 
     Numbers are right-aligned. Only the columns in ``keep`` shrink (the widest first, down to
-    ``_MIN_CELL`` or its header; column ``last`` only once the others cannot), each cell
-    keeping the part ``keep`` names.
+    ``_MIN_CELL``, its ``floor`` or its header; column ``last`` only once the others cannot),
+    each cell keeping the part ``keep`` names. Columns not in ``keep`` (ids) are never cut:
+    when they are wide, the table is wider than ``width``.
     """
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
     total = sum(widths) + 2 * (len(widths) - 1)
-    floors = {i: max(_MIN_CELL, len(headers[i])) for i in keep}
+    floors = {i: max(_MIN_CELL, len(headers[i]), (floor or {}).get(i, 0)) for i in keep}
     while total > width:
         shrinkable = [i for i in keep if widths[i] > floors[i]]
         if not shrinkable:
@@ -409,6 +429,7 @@ class _Commands:
         self.ns = ns
         self.out = out
         self.err = err
+        self._hinted = False  # the "long cells are shortened" note is said once
         self.as_json: bool = bool(getattr(ns, "json", False))
         self.store = _open_store(
             getattr(ns, "store", None), create=getattr(ns, "action", "") == "schedules_add"
@@ -432,18 +453,20 @@ class _Commands:
             [
                 r.run_id,
                 r.status,
-                r.entry,
+                _entry_name(r.entry),
                 str(r.attempts),
                 _usd(r.cost_pico),
                 str(r.tokens),
                 _when(r.created_at, "minutes"),
             ]
             if r.damaged is None
-            else [r.run_id, r.status, r.entry or "-", "-", "-", "-", "-"]
+            else [r.run_id, r.status, _entry_name(r.entry) or "-", "-", "-", "-", "-"]
             for r in records
         ]
         headers = ["run id", "status", "entry", "attempts", "cost", "tokens", "created"]
-        self._cut_hint(_table(headers, rows, self.out, keep={0: "both", 2: "end"}, last=0))
+        # An id is never cut (it is what the other commands take); `runs show` has the
+        # entry's whole reference.
+        self._cut_hint(_table(headers, rows, self.out, keep={2: "end"}, floor={2: ENTRY_SHOWN}))
         self._damage_notes(r.run_id for r in records if r.damaged is not None)
         if len(records) == self.ns.limit:
             following = self.ns.offset + len(records)
@@ -477,9 +500,10 @@ class _Commands:
             ("tokens", str(record.tokens)),
             ("created", _when(record.created_at)),
             ("started", _when(record.started_at)),
-            ("finished", _when(record.finished_at)),
+            # A paused run stopped, but it has not finished: it goes on once answered.
+            ("paused" if record.status == "paused" else "finished", _when(record.finished_at)),
         ]
-        if record.started_at is not None and record.finished_at is not None:
+        if record.is_final and record.started_at is not None and record.finished_at is not None:
             fields.append(("duration", f"{max(0.0, record.finished_at - record.started_at):.3f}s"))
         if record.status == "running" and record.lease_owner:
             fields.append(("lease", f"{record.lease_owner} until {_when(record.lease_expires_at)}"))
@@ -512,14 +536,32 @@ class _Commands:
         if self.as_json:
             _dump([_entry_json(e) for e in entries], self.out)
             return 0
-        if not entries:
+        asked = (await self.store.load_journal(self.ns.run_id)).answers
+        if not entries and not asked:
             print(f"run {self.ns.run_id!r} has no completed steps", file=self.out)
             return 0
-        rows = [
-            [str(e.seq), e.path, e.name, _preview(e.result), _usd(e.cost_pico)] for e in entries
-        ]
+        # Steps and the interrupts the run asked, in journal order (one sequence numbers
+        # both); a path and an interrupt id are never cut (`runs fork` and `runs respond`
+        # take them).
+        rows = sorted(
+            [
+                *([e.seq, e.path, e.name, _preview(e.result), _usd(e.cost_pico)] for e in entries),
+                *(
+                    [
+                        a.seq,
+                        a.interrupt.interrupt_id,
+                        f"interrupt {a.interrupt.effect}",
+                        _preview(_answer_text(a.response)),
+                        "",
+                    ]
+                    for a in asked
+                ),
+            ],
+            key=lambda row: int(row[0]),
+        )
         headers = ["seq", "path", "name", "result", "run cost"]
-        cut = _table(headers, rows, self.out, keep={1: "both", 2: "start", 3: "start"})
+        cells = [[str(cell) for cell in row] for row in rows]
+        cut = _table(headers, cells, self.out, keep={2: "start", 3: "start"})
         self._cut_hint(cut or any(len(e.result) > PREVIEW for e in entries))
         return 0
 
@@ -661,7 +703,8 @@ class _Commands:
             for s in schedules
         ]
         headers = ["name", "when", "entry", "queue", "next"]
-        self._cut_hint(_table(headers, rows, self.out, keep={0: "both", 2: "end"}, last=2))
+        cut = _table(headers, rows, self.out, keep={2: "end"}, floor={2: ENTRY_SHOWN})
+        self._cut_hint(cut)  # a schedule's name is never cut
         for s in schedules:
             if s.damaged is not None:
                 self._progress(
@@ -750,6 +793,7 @@ class _Commands:
 
     def _progress(self, message: str) -> None:
         if not self.as_json:
+            self.out.flush()  # what stdout has comes first, whole lines, when both are piped
             print(message, file=self.err, flush=True)
 
     def _damage_notes(self, run_ids: Iterable[str]) -> None:
@@ -765,8 +809,9 @@ class _Commands:
             )
 
     def _cut_hint(self, cut: bool) -> None:
-        if cut:
-            self._progress(f"(long cells are shortened to fit {WIDTH} columns; --json shows all)")
+        if cut and not self._hinted:
+            self._hinted = True
+            self._progress("(long cells are shortened; --json shows all)")
 
     def _outcome(self, result: RunResult, started: float) -> int:
         """Print a run's outcome; exit 1 when it failed."""
