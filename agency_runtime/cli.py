@@ -543,24 +543,22 @@ class _Commands:
         # Steps and the interrupts the run asked, in journal order (one sequence numbers
         # both); a path and an interrupt id are never cut (`runs fork` and `runs respond`
         # take them).
-        rows = sorted(
-            [
-                *([e.seq, e.path, e.name, _preview(e.result), _usd(e.cost_pico)] for e in entries),
-                *(
-                    [
-                        a.seq,
-                        a.interrupt.interrupt_id,
-                        f"interrupt {a.interrupt.effect}",
-                        _preview(_answer_text(a.response)),
-                        "",
-                    ]
-                    for a in asked
-                ),
-            ],
-            key=lambda row: int(row[0]),
-        )
+        steps = [(e.seq, [e.path, e.name, _preview(e.result), _usd(e.cost_pico)]) for e in entries]
+        questions = [
+            (
+                a.seq,
+                [
+                    a.interrupt.interrupt_id,
+                    f"interrupt {a.interrupt.effect}",
+                    _preview(_answer_text(a.response)),
+                    "",
+                ],
+            )
+            for a in asked
+        ]
+        rows = sorted(steps + questions, key=lambda row: row[0])
         headers = ["seq", "path", "name", "result", "run cost"]
-        cells = [[str(cell) for cell in row] for row in rows]
+        cells = [[str(seq), *row] for seq, row in rows]
         cut = _table(headers, cells, self.out, keep={2: "start", 3: "start"})
         self._cut_hint(cut or any(len(e.result) > PREVIEW for e in entries))
         return 0
