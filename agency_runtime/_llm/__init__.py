@@ -6,7 +6,12 @@
 ``_litellm``   the default provider; litellm imported lazily, in a worker thread
 ``_fake``      the offline fake provider (``fake/echo``, ``FakeModel``), no litellm
 ``_fake_litellm``  the same fake models as a litellm custom provider, once litellm loads
-``_chat``      ``agency.llm``: threads, transient retries, structured output, billing,
-               journaling, guards
+``_chat``      ``agency.llm``: the call (``begin``/``ask``), journaled, guards
+``_call``      one call's state (``_Call``) and its ``on_token`` callback
+``_toolloop``  the conversation: rounds, tool calls, structured-output feedback
+``_request``   one provider request built from a call (streamed to ``on_token``)
+``_retries``   transient retries with capped backoff; the api_key scrubbed from errors
+``_billing``   a response's cost and tokens; warnings about unpriced models
+``_parsing``   tolerant JSON parsing of structured answers
 ``_embed``     ``embed(model, texts)``: embeddings through the seam, same retries
 """

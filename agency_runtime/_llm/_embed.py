@@ -16,10 +16,11 @@ from .._bounds import check_seconds
 from .._core._frame import current_frame_maybe
 from .._errors import InvalidArgumentError, LLMCallError
 from .._guards import charge
-from ._chat import bill, with_transient_retries
+from ._billing import bill
 from ._model import Model, resolve_model
 from ._provider import DEFAULT_TIMEOUT, EmbedRequest
 from ._registry import provider_for
+from ._retries import with_transient_retries
 
 __all__ = ["embed"]
 

@@ -10,7 +10,7 @@ A provider answers with :class:`ChatResponse` (text, :class:`Usage`, cost in US 
 ``None`` when unknown), streams :class:`TextDelta` events then one :class:`StreamEnd`, and
 embeds into :class:`EmbedResponse`. It reports a failure as a :class:`ProviderError` that
 says whether it is transient (timeouts, 429, 5xx, dropped connections), raised ``from`` the
-provider library's own exception; the seam's caller (``_chat``) retries transient ones with
+provider library's own exception; the seam's caller (``_retries``) retries transient ones with
 capped backoff and turns the rest into :class:`~agency_runtime.LLMCallError`, chaining the
 original. Cancellation is never mapped: anyio's cancellation exception passes through.
 """

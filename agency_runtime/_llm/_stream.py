@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # anyio loads its streams with the first stream (~10 ms other
     import anyio.abc
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-    from ._chat import _Call
+    from ._call import _Call
 
 __all__ = ["LLMStream", "llm_stream"]
 

@@ -13,7 +13,9 @@ import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import agency_runtime._llm._chat as llm_module
+import agency_runtime._llm._parsing as parsing_module
 import agency_runtime._llm._provider as provider_module
+import agency_runtime._llm._retries as retries_module
 from agency_runtime import (
     AgencyError,
     GuardExceededError,
@@ -59,7 +61,7 @@ PATHS = pytest.mark.parametrize(
 
 @pytest.fixture(autouse=True)
 def _fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(retries_module, "BACKOFF_BASE", 0.001)
 
 
 def words(content: Any) -> int:
@@ -544,9 +546,9 @@ async def test_more_failures_than_attempts_raise_llm_call_error(via_litellm: boo
         with pytest.raises(LLMCallError) as info:
             await agency.llm("hello", model=fake.model)
         assert agency.ctx().cost == 0
-    assert len(fake.calls) == llm_module.TRANSIENT_ATTEMPTS
+    assert len(fake.calls) == retries_module.TRANSIENT_ATTEMPTS
     assert info.value.model == fake.model
-    assert info.value.attempts == llm_module.TRANSIENT_ATTEMPTS
+    assert info.value.attempts == retries_module.TRANSIENT_ATTEMPTS
     assert "scripted server failure 3 of 10" in str(info.value)
     cause = info.value.__cause__
     if via_litellm:  # the original litellm exception is chained
@@ -779,7 +781,9 @@ class TestParseStructuredFirstCompleteValue:
         ],
     )
     def test_a_model(self, reply: str) -> None:
-        assert llm_module.parse_structured(reply, TypeAdapter(self.City)) == self.City(city="Paris")
+        assert parsing_module.parse_structured(reply, TypeAdapter(self.City)) == self.City(
+            city="Paris"
+        )
 
     def test_nested_objects_and_prose_before(self) -> None:
         reply = (
@@ -787,7 +791,7 @@ class TestParseStructuredFirstCompleteValue:
             '{"name": "Alps", "legs": [{"origin": "Lyon", "stops": ["Annecy", "Chamonix"]}, '
             '{"origin": "Geneva", "stops": []}]} Enjoy :-}'
         )
-        trip = llm_module.parse_structured(reply, TypeAdapter(self.Trip))
+        trip = parsing_module.parse_structured(reply, TypeAdapter(self.Trip))
         assert trip == self.Trip(
             name="Alps",
             legs=[
@@ -801,21 +805,23 @@ class TestParseStructuredFirstCompleteValue:
         ["[1, 2, 3]]", "The numbers: [1, 2, 3] (all of them :])", '{"value": [1, 2, 3]}}'],
     )
     def test_an_array_answer(self, reply: str) -> None:
-        assert llm_module.parse_structured(reply, TypeAdapter(list[int])) == [1, 2, 3]
+        assert parsing_module.parse_structured(reply, TypeAdapter(list[int])) == [1, 2, 3]
 
     def test_a_plain_text_answer_to_a_str_schema_is_kept(self) -> None:
         adapter = TypeAdapter(str)
-        assert llm_module.parse_structured("  just words  ", adapter) == "just words"
-        assert llm_module.parse_structured('{"value": "hi"}}', adapter) == "hi"
+        assert parsing_module.parse_structured("  just words  ", adapter) == "just words"
+        assert parsing_module.parse_structured('{"value": "hi"}}', adapter) == "hi"
 
     def test_a_mismatch_reports_the_first_values_field_errors(self) -> None:
         with pytest.raises(ValidationError) as info:
-            llm_module.parse_structured('Here: {"town": "Paris"}} and [2]', TypeAdapter(self.City))
+            parsing_module.parse_structured(
+                'Here: {"town": "Paris"}} and [2]', TypeAdapter(self.City)
+            )
         assert [e["loc"] for e in info.value.errors()] == [("city",)]
 
     def test_text_without_json_gets_a_clear_error(self) -> None:
         with pytest.raises(ValueError, match="the answer contains no JSON value") as info:
-            llm_module.parse_structured("I cannot answer that.", TypeAdapter(self.City))
+            parsing_module.parse_structured("I cannot answer that.", TypeAdapter(self.City))
         assert "I cannot answer that." in str(info.value)
         assert isinstance(info.value.__cause__, ValidationError)
 
@@ -833,20 +839,20 @@ class TestParseStructuredFirstCompleteValue:
         self, reply: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         starts: list[int] = []
-        decoder = llm_module._decoder()
+        decoder = parsing_module._decoder()
 
         class Counting:
             def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:
                 starts.append(index)
                 return decoder.raw_decode(text, index)
 
-        monkeypatch.setattr(llm_module, "_DECODER", Counting())
+        monkeypatch.setattr(parsing_module, "_DECODER", Counting())
         with pytest.raises((ValueError, ValidationError)) as info:
-            llm_module.parse_structured(reply, TypeAdapter(self.City))
+            parsing_module.parse_structured(reply, TypeAdapter(self.City))
         assert not isinstance(info.value, RecursionError)
         assert len(str(info.value)) < 2_000
         # Bounded work, whatever the depth: a bounded number of starts is tried.
-        assert len(starts) <= llm_module._MAX_STARTS
+        assert len(starts) <= parsing_module._MAX_STARTS
 
     def test_a_pathological_text_tries_a_bounded_number_of_starts(
         self, monkeypatch: pytest.MonkeyPatch
@@ -855,17 +861,17 @@ class TestParseStructuredFirstCompleteValue:
         # fails: trying every one would scan the text 500 times; the starts tried are bounded.
         reply = "[" * 500 + "1," * 200_000
         starts: list[int] = []
-        decoder = llm_module._decoder()
+        decoder = parsing_module._decoder()
 
         class Counting:
             def raw_decode(self, text: str, index: int = 0) -> tuple[Any, int]:
                 starts.append(index)
                 return decoder.raw_decode(text, index)
 
-        monkeypatch.setattr(llm_module, "_DECODER", Counting())
+        monkeypatch.setattr(parsing_module, "_DECODER", Counting())
         with pytest.raises(ValueError, match="no JSON value"):
-            llm_module.parse_structured(reply, TypeAdapter(self.City))
-        assert 0 < len(starts) <= llm_module._MAX_STARTS
+            parsing_module.parse_structured(reply, TypeAdapter(self.City))
+        assert 0 < len(starts) <= parsing_module._MAX_STARTS
 
     async def test_through_agency_llm_a_trailing_brace_parses_first_time(self) -> None:
         reply = 'Here: {"name": "Ada", "age": 36} (hope that helps :})'

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-import agency_runtime._llm._chat as llm_module
+import agency_runtime._llm._retries as retries_module
 import agency_runtime._memory._embeddings as embeddings_module
 from agency_runtime import (
     AgencyError,
@@ -56,7 +56,7 @@ memory = MemoryNamespace()
 
 @pytest.fixture(autouse=True)
 def _fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(retries_module, "BACKOFF_BASE", 0.001)
 
 
 # -- helpers --------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, SecretStr, ValidationError
 
-import agency_runtime._llm._chat as llm_module
+import agency_runtime._llm._billing as billing_module
+import agency_runtime._llm._retries as retries_module
 from agency_runtime import (
     ChatRequest,
     ChatResponse,
@@ -64,9 +65,9 @@ OTHER_SECRET = "sk-other-0ther-1a2b3c"
 def _clean(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No registered models, fresh once-per-process warnings, fast backoff, no fakes after."""
     MODELS.clear()
-    monkeypatch.setattr(llm_module, "_unpriced", set())
-    monkeypatch.setattr(llm_module, "_unpriced_in_guard", set())
-    monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(billing_module, "_unpriced", set())
+    monkeypatch.setattr(billing_module, "_unpriced_in_guard", set())
+    monkeypatch.setattr(retries_module, "BACKOFF_BASE", 0.001)
     yield
     MODELS.clear()
     reset()

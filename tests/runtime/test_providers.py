@@ -24,7 +24,8 @@ import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
 
-import agency_runtime._llm._chat as llm_module
+import agency_runtime._llm._billing as billing_module
+import agency_runtime._llm._retries as retries_module
 from agency_runtime import (
     GuardExceededError,
     InvalidArgumentError,
@@ -63,7 +64,7 @@ class City(BaseModel):
 
 @pytest.fixture(autouse=True)
 def _fast_backoff(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(retries_module, "BACKOFF_BASE", 0.001)
     yield
     reset()
 
@@ -283,7 +284,7 @@ async def test_transient_provider_errors_are_retried_with_backoff(
         await anyio.lowlevel.checkpoint()
 
     monkeypatch.setattr(anyio, "sleep", sleep)
-    monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.5)
+    monkeypatch.setattr(retries_module, "BACKOFF_BASE", 0.5)
     scripted.outcomes = [
         ProviderError("busy", kind="rate_limit"),
         ProviderError("blip", kind="connection"),
@@ -300,7 +301,7 @@ async def test_transient_errors_that_persist_chain_the_original(scripted: Script
         pass
 
     errors: list[str | BaseException] = []
-    for attempt in range(llm_module.TRANSIENT_ATTEMPTS):
+    for attempt in range(retries_module.TRANSIENT_ATTEMPTS):
         try:
             raise ProviderError("HTTP 503", kind="server") from Upstream(f"503 #{attempt}")
         except ProviderError as exc:
@@ -309,7 +310,7 @@ async def test_transient_errors_that_persist_chain_the_original(scripted: Script
     with agency.test_context(), pytest.raises(LLMCallError, match="failed 3 times") as info:
         await agency.llm("hello", model="scripted/x")
     assert isinstance(info.value.__cause__, Upstream)
-    assert info.value.attempts == llm_module.TRANSIENT_ATTEMPTS
+    assert info.value.attempts == retries_module.TRANSIENT_ATTEMPTS
     assert "Upstream: 503 #2" in str(info.value)
 
 
@@ -431,7 +432,7 @@ async def test_litellm_provider_treats_a_failing_price_lookup_as_unknown(
     monkeypatch.setattr(litellm, "acompletion", acompletion)
     monkeypatch.setattr(litellm, "completion_cost", completion_cost)
     monkeypatch.setattr(litellm, "supports_response_schema", lambda **kwargs: False)
-    monkeypatch.setattr(llm_module, "_unpriced", set())  # the warning is once per process
+    monkeypatch.setattr(billing_module, "_unpriced", set())  # the warning is once per process
     response = await LITELLM_PROVIDER.complete(ChatRequest(model="unmapped/model", messages=[]))
     assert response.cost is None
     assert not await LITELLM_PROVIDER.supports_schema("unmapped/model")
@@ -534,7 +535,7 @@ async def test_embed_failures_raise_llm_call_error() -> None:
     with FakeModel("down", fail_times=10, failure="timeout") as fake:
         with pytest.raises(LLMCallError, match="embedding call to 'fake/down' failed 3 times"):
             await embed(fake.model, ["x"])
-        assert len(fake.embed_calls) == llm_module.TRANSIENT_ATTEMPTS
+        assert len(fake.embed_calls) == retries_module.TRANSIENT_ATTEMPTS
     with FakeModel("refused", fail_times=1, failure="bad_request") as fake:
         with pytest.raises(LLMCallError) as info:
             await embed(fake.model, ["x"])

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import agency_runtime._llm._chat as llm_module
+import agency_runtime._llm._retries as retries_module
 from agency_runtime import (
     InvalidArgumentError,
     LLMCallError,
@@ -51,7 +51,7 @@ ECHOES = (KEY.upper(), KEY.title(), "Sk-TeSt-5eCrEt-9F8e7D")
 @pytest.fixture(autouse=True)
 def _fast_retries(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Fast backoff, no fakes after, and the sys.path the CLI changes put back."""
-    monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.001)
+    monkeypatch.setattr(retries_module, "BACKOFF_BASE", 0.001)
     monkeypatch.setattr(sys, "path", list(sys.path))
     yield
     reset()

@@ -21,7 +21,7 @@ from agency_runtime import (
     register_provider,
     unregister_provider,
 )
-from agency_runtime._llm import _chat as llm_module
+from agency_runtime._llm import _retries as retries_module
 from agency_runtime._llm._provider import (
     ChatRequest,
     ChatResponse,
@@ -43,7 +43,7 @@ SEEN: list[tuple[str, float]] = []
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     SEEN.clear()
-    monkeypatch.setattr(llm_module, "BACKOFF_BASE", 0.001)  # retries without real waits
+    monkeypatch.setattr(retries_module, "BACKOFF_BASE", 0.001)  # retries without real waits
 
 
 @agency.entry
