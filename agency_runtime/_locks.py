@@ -38,7 +38,7 @@ from ._core._context import RuntimeContext, Slot
 from ._core._frame import Frame, call_in_frame, current_frame, current_frame_maybe
 from ._durable._leases import holder_is_dead, owner_id
 from ._errors import InvalidArgumentError, LockReentryError, LockTimeoutError, NotInRunError
-from ._store import Store, resolve_store
+from ._store import LockTable, Store, resolve_store
 
 __all__ = ["GLOBAL_LOCK_LEASE_SECONDS", "HeldLock", "LockScope", "lock", "with_lock"]
 
@@ -85,7 +85,7 @@ class _Request:
     warn_after: float
     scope: LockScope
     frame: Frame | None
-    store: Store | None
+    store: LockTable | None
     lease: float | None = None
 
 
@@ -141,7 +141,7 @@ def _request(
     frame = current_frame_maybe()
     if frame is None and not (checked == "global" and store is not None):
         frame = current_frame(member)  # raises OutsideFrameError, saying how to fix it
-    resolved: Store | None = None
+    resolved: LockTable | None = None
     if checked == "global":
         resolved = resolve_store(store) if store is not None else None
         if resolved is None and frame is not None:
@@ -428,7 +428,7 @@ def _wakeup_table() -> dict[tuple[str, str], anyio.Event]:
     return table
 
 
-async def _acquire_global(store: Store, request: _Request, owner: str) -> tuple[int, float]:
+async def _acquire_global(store: LockTable, request: _Request, owner: str) -> tuple[int, float]:
     name = request.name
     key = (store.url, name)
     held = HELD.get(key)
@@ -482,7 +482,13 @@ async def _acquire_global(store: Store, request: _Request, owner: str) -> tuple[
 
 
 async def _renew(
-    store: Store, name: str, ticket: int, owner: str, lease: float, clock: Clock, lost: anyio.Event
+    store: LockTable,
+    name: str,
+    ticket: int,
+    owner: str,
+    lease: float,
+    clock: Clock,
+    lost: anyio.Event,
 ) -> None:
     """Keep a held global lock's lease alive until cancelled (on the clock of its leases);
     set ``lost`` when it was lost."""
@@ -507,7 +513,7 @@ async def _renew(
             return
 
 
-async def _release_global(store: Store, name: str, ticket: int, owner: str) -> None:
+async def _release_global(store: LockTable, name: str, ticket: int, owner: str) -> None:
     key = (store.url, name)
     HELD.drop(key, owner, ticket)
     try:

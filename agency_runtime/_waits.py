@@ -146,8 +146,9 @@ async def wait_for_event(name: str, *, timeout: float | timedelta | None = None)
     limit = None if timeout is None else check_seconds(timeout, "wait_for_event: timeout")
     frame = current_frame("wait_for_event()")
     journal = journal_of(frame.ctx)
-    store, run_id = journal.store, journal.run_id
-    if store is None or run_id is None:
+    # the run's store (the journal's, seen as the events and queue it waits on)
+    store, run_id = frame.ctx.store, journal.run_id
+    if journal.store is None or store is None or run_id is None:
         raise NotInRunError(
             f"agency.wait_for_event({name!r}) needs a run to send events to: call it inside "
             "agency.run(...) or a worker's run"

@@ -15,7 +15,9 @@ layer must reach outside any run — the open stores (``agency_runtime._store``)
 global locks (``agency_runtime._locks``) and the provider routing (``agency_runtime._llm``)
 — live with their concept, and the root refers
 to those very objects, so this class is still the one place that lists them all.
-:meth:`Runtime.configure` swaps the clock (tests drive a fake one).
+:meth:`Runtime.configure` swaps the clock (tests drive a fake one). The root builds the stores
+with its clock: the registry hands each store it opens a view of :attr:`Runtime.clock`
+(:class:`RuntimeClock`), so leases are written and judged on one clock, the configured one.
 """
 
 from __future__ import annotations
@@ -28,7 +30,29 @@ from .._llm._registry import PROVIDERS, ProviderRegistry
 from .._locks import HELD, HeldLocks
 from .._store._url import STORES, StoreRegistry
 
-__all__ = ["RUNTIME", "Runtime"]
+__all__ = ["RUNTIME", "Runtime", "RuntimeClock"]
+
+
+class RuntimeClock:
+    """The clock a runtime uses now, read at every call (so :meth:`Runtime.configure` also
+    moves the stores opened before it)."""
+
+    __slots__ = ("_runtime",)
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def time(self) -> float:
+        return self._runtime.clock.time()
+
+    def monotonic(self) -> float:
+        return self._runtime.clock.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await self._runtime.clock.sleep(seconds)
+
+    def __repr__(self) -> str:
+        return f"<RuntimeClock {self._runtime.clock!r}>"
 
 
 class Runtime:
@@ -52,6 +76,7 @@ class Runtime:
         self.journals = journals if journals is not None else PausedJournals()
         self.entries = entries if entries is not None else EntryRegistry()
         self.clock = clock
+        stores.clock = RuntimeClock(self)
 
     def configure(self, *, clock: Clock | None = None) -> Clock:
         """Use ``clock`` for runs started from now on; return the clock used before."""

@@ -16,7 +16,7 @@ from pydantic_core import from_json
 from .._core._branches import qualify, tick
 from .._core._context import RuntimeContext, Slot
 from .._errors import AgencyCancelledError, JournalCorruptError, RunHandedBack
-from .._store import Store
+from .._store import RunLog
 from .._types import (
     Checkpoint,
     Interrupt,
@@ -106,7 +106,7 @@ class RunJournal:
     def __init__(
         self,
         run_id: str | None,
-        store: Store | None = None,
+        store: RunLog | None = None,
         owner: str | None = None,
         journal: Journal | None = None,
     ) -> None:
@@ -353,7 +353,7 @@ class PausedJournals:
         self._limit = limit
         self._items: OrderedDict[tuple[int, str], tuple[int, RunJournal]] = OrderedDict()
 
-    def keep(self, store: Store, run_id: str, version: int, journal: RunJournal) -> None:
+    def keep(self, store: RunLog, run_id: str, version: int, journal: RunJournal) -> None:
         """Remember ``journal`` as it is at ``version`` of the run."""
         self._items[(id(store), run_id)] = (version, journal)
         self._items.move_to_end((id(store), run_id))
@@ -361,7 +361,7 @@ class PausedJournals:
             self._items.popitem(last=False)
 
     def answered(
-        self, store: Store, run_id: str, version: int, answers: dict[str, InterruptResponse]
+        self, store: RunLog, run_id: str, version: int, answers: dict[str, InterruptResponse]
     ) -> None:
         """Record answers this process stored (moving the run from ``version`` on by one)."""
         item = self._items.get((id(store), run_id))
@@ -376,7 +376,7 @@ class PausedJournals:
                 journal.asked[key] = asked
         self._items[(id(store), run_id)] = (version + 1, journal)
 
-    def take(self, store: Store, run_id: str, version: int) -> RunJournal | None:
+    def take(self, store: RunLog, run_id: str, version: int) -> RunJournal | None:
         """The cached journal if the run is exactly one claim past it, else ``None``."""
         item = self._items.pop((id(store), run_id), None)
         if item is None or item[0] + 1 != version:

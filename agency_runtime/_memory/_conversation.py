@@ -39,7 +39,7 @@ from .._clock import SYSTEM_CLOCK, Clock
 from .._core._frame import current_frame_maybe, position_of
 from .._durable._journal import journal_of
 from .._errors import AgencyError, InvalidArgumentError, StoreError
-from .._store import Store
+from .._store import MemoryIndex, Store
 from .._store._url import resolve_store
 from .._types import DeferredModel, MemoryRecord
 
@@ -170,7 +170,7 @@ class ConversationMemory:
         _check_scope(scope)
         if ttl_seconds is not None:
             check_seconds(ttl_seconds, "ttl_seconds (None: kept until forgotten)", positive=True)
-        store: Store | None = None
+        store: MemoryIndex | None = None
         try:
             created_at = self._stamp()
             record = MemoryRecord(
@@ -225,7 +225,7 @@ class ConversationMemory:
         tag_list = [] if tags is None else _check_tags(tags, "tags")
         if scope is not None:
             _check_scope(scope)
-        store: Store | None = None
+        store: MemoryIndex | None = None
         try:
             store = self.store()
             now = self._now()
@@ -323,7 +323,7 @@ class ConversationMemory:
         self._last_created = now
         return now
 
-    async def _maybe_purge(self, store: Store, now: float) -> None:
+    async def _maybe_purge(self, store: MemoryIndex, now: float) -> None:
         """Delete expired items of ``store`` unless that was done in the last minute.
 
         A failed purge is logged and not retried before the interval passes; it never fails
@@ -364,14 +364,14 @@ def _check_scope(scope: object) -> None:
         raise InvalidArgumentError(f"scope must be a non-empty string, got {scope!r}")
 
 
-def _store_key(store: Store) -> str:
+def _store_key(store: MemoryIndex) -> str:
     try:
         return f"{store.url}#{id(store)}"
     except Exception:
         return f"#{id(store)}"
 
 
-def _where(store: Store | None) -> str:
+def _where(store: MemoryIndex | None) -> str:
     if store is None:
         return ""
     try:

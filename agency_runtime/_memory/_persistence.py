@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from .._core._frame import Frame
 from .._errors import StoreError
 from .._locks import lock as named_lock
-from .._store import Store
+from .._store import AgentMemoryStore, Store
 from .._types import DeferredModel, MemoryRecord
 from ._config import MemoryConfig
 from ._graph import Entity, Graph, Observation
@@ -91,8 +91,8 @@ class _Place:
     config: MemoryConfig
     state: MemoryState
     folder: Path | None = None
-    store: Store | None = None
-    run_store: Store | None = None
+    store: AgentMemoryStore | None = None
+    lock_store: Store | None = None
     namespace: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -105,11 +105,10 @@ class _Place:
         so concurrent runs and processes sharing the memory do not lose each other's
         updates; otherwise a lock private to the run.
         """
-        store = self.store or self.run_store
-        if store is None:
+        if self.lock_store is None:
             return self.state.lock()
         where = self.namespace if self.folder is None else f"agency-memory-dir:{self.folder}"
-        return named_lock(where, scope="global", store=store)
+        return named_lock(where, scope="global", store=self.lock_store)
 
     def describe(self, key: str) -> str:
         if self.folder is not None:
@@ -194,6 +193,6 @@ def _place(frame: Frame) -> _Place | None:
     run_store = frame.ctx.store
     if top.root is not None:
         folder = top.root / state.memory_id
-        return _Place(state.memory_id, top.config, state, folder=folder, run_store=run_store)
+        return _Place(state.memory_id, top.config, state, folder=folder, lock_store=run_store)
     store = run_store or state.fallback_store()
-    return _Place(state.memory_id, top.config, state, store=store, run_store=run_store)
+    return _Place(state.memory_id, top.config, state, store=store, lock_store=store)

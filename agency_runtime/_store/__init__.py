@@ -2,7 +2,7 @@
 
 * :mod:`._protocols` — :class:`RunLog`, :class:`RunQueue`, :class:`EventLog`,
   :class:`ScheduleTable`, :class:`LockTable`, :class:`MemoryIndex`, :class:`DocumentStore`,
-  and :class:`Store` (all seven);
+  :class:`AgentMemoryStore` (documents and the index) and :class:`Store` (all seven);
 * :mod:`._rows` — what a stored row means, shared by the SQL stores;
 * :mod:`._wakeups` — wake-ups for whoever waits on runs (workers, ``runs.wait``);
 * :mod:`._rules` — the semantics every backend shares (claims, query words, recall ranking);
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_names
 from .._types import Claim, RunRecord
 from ._protocols import (
+    AgentMemoryStore,
     DocumentStore,
     EventLog,
     LockTable,
@@ -47,6 +48,7 @@ __getattr__, __dir__ = lazy_names(__name__, globals(), _BACKENDS)
 __all__ = [
     "DEFAULT_STORE_URL",
     "SCHEMA_VERSION",
+    "AgentMemoryStore",
     "Claim",
     "DocumentStore",
     "EventLog",

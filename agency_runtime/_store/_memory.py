@@ -58,12 +58,12 @@ class MemoryStore:
         self._wakeups = Wakeups()
 
     @classmethod
-    def named(cls, name: str = "") -> MemoryStore:
-        """The process-wide store called ``name`` (created on first use)."""
+    def named(cls, name: str = "", *, clock: Clock | None = None) -> MemoryStore:
+        """The process-wide store called ``name`` (created on first use, with ``clock``)."""
         with cls._named_lock:
             store = cls._named.get(name)
             if store is None:
-                store = cls._named[name] = cls(name)
+                store = cls._named[name] = cls(name, clock=clock)
             return store
 
     @property

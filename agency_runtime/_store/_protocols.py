@@ -1,13 +1,20 @@
 """The store's protocols: seven narrow ones, and :class:`Store`, their union.
 
-A feature depends on the protocol it uses: the run boundary and the durable layer on
-:class:`RunLog` (runs, leases, the journal, answers), queues and workers on
-:class:`RunQueue`, events sent to runs on :class:`EventLog`, schedules on
-:class:`ScheduleTable`, global locks on :class:`LockTable`,
-conversation memory on :class:`MemoryIndex`, agent memory and the Telegram poller on
-:class:`DocumentStore`. A backend implements all four (:class:`Store`), and the semantics
-every backend must share (who may claim a run, which words a query searches, how recall is
-ranked) are written once in :mod:`agency_runtime._store._rules`.
+A feature depends on the protocol it uses:
+
+* :class:`RunLog` — runs, leases, journals and answers (the run boundary, the journal);
+* :class:`RunQueue` — queued runs, workers claiming them, wake-ups (queues, workers, waits);
+* :class:`EventLog` — events sent to runs and taken by waits (``agency.runs.send``, waits);
+* :class:`ScheduleTable` — cron and interval schedules (``agency.schedules``, workers);
+* :class:`LockTable` — store-wide FIFO locks (``agency.lock(..., scope="global")``);
+* :class:`MemoryIndex` — conversation memory and the agent memory's keyword index;
+* :class:`DocumentStore` — JSON documents (agent memory graphs, the Telegram poller).
+
+:class:`AgentMemoryStore` is the one intersection a feature needs (agent memory keeps its
+graph as documents and indexes its observations). A backend implements all seven
+(:class:`Store`), and the semantics every backend must share (who may claim a run, which
+words a query searches, how recall is ranked) are written once in
+:mod:`agency_runtime._store._rules`.
 
 Every method may raise :class:`~agency_runtime.StoreError` (the underlying database error
 chained). Methods are ``async`` so network-backed stores need no thread hop; embedded
@@ -34,6 +41,7 @@ from .._types import (
 )
 
 __all__ = [
+    "AgentMemoryStore",
     "DocumentStore",
     "EventLog",
     "LockTable",
@@ -405,6 +413,10 @@ class DocumentStore(Protocol):
     async def put_document(self, namespace: str, key: str, body: str) -> None:
         """Store (or replace) a JSON document."""
         ...
+
+
+class AgentMemoryStore(DocumentStore, MemoryIndex, Protocol):
+    """What agent memory uses: its graph as documents, its observations in the index."""
 
 
 @runtime_checkable

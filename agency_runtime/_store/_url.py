@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from .._clock import Clock
 from .._errors import InvalidArgumentError
 from ._protocols import Store
 from ._redact import redact
@@ -55,12 +56,17 @@ class StoreRegistry:
     """The stores this process opened: one instance per URL (``memory://NAME`` included).
 
     The composition root (:mod:`agency_runtime._boundary._runtime`) refers to the process's
-    one registry, :data:`STORES`; :func:`resolve_store` and :func:`open_store` use it.
+    one registry, :data:`STORES`, and gives it the runtime's clock (:attr:`clock`): the memory
+    and SQLite stores it opens stamp leases and times on the clock the run boundary judges
+    them by. A PostgreSQL store keeps the database server's clock, the one every host
+    sharing it agrees on. :func:`resolve_store` and :func:`open_store` use it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self._opened: dict[str, Store] = {}
         self._lock = threading.Lock()
+        self.clock = clock
+        """The clock stores opened from now on get (``None``: each backend's default)."""
 
     def resolve(self, store: str | Store | None = None) -> Store:
         """``store``, the store its URL names, ``AGENCY_STORE``'s, or the default store."""
@@ -84,7 +90,7 @@ class StoreRegistry:
         with self._lock:
             store = self._opened.get(key)
             if store is None:
-                store = self._opened[key] = _create(url, key)
+                store = self._opened[key] = _create(url, key, self.clock)
             return store
 
 
@@ -199,12 +205,12 @@ def _check_path_length(path: str) -> None:
         )
 
 
-def _create(url: str, key: str) -> Store:
+def _create(url: str, key: str, clock: Clock | None) -> Store:
     scheme, path, options = _parse(url)
     if scheme == "memory":
         from ._memory import MemoryStore
 
-        return MemoryStore.named(path)
+        return MemoryStore.named(path, clock=clock)
     if scheme == "postgresql":
         return _postgres(url, options)
     synchronous = options.get("synchronous", "NORMAL").upper()
@@ -228,7 +234,11 @@ def _create(url: str, key: str) -> Store:
     from ._sqlite import SqliteStore  # the backends load when a URL first names them
 
     return SqliteStore(
-        file, synchronous=cast("Synchronous", synchronous), busy_timeout=busy_timeout, url=url
+        file,
+        synchronous=cast("Synchronous", synchronous),
+        busy_timeout=busy_timeout,
+        url=url,
+        clock=clock,
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import pytest
@@ -11,8 +13,10 @@ from agency_runtime import (
     ConversationMemory,
     GuardExceededError,
     MemoryStore,
+    RunRecord,
     RuntimeContext,
     agency,
+    open_store,
 )
 from agency_runtime._boundary._runtime import RUNTIME
 from agency_runtime._clock import SYSTEM_CLOCK, FakeClock
@@ -110,6 +114,35 @@ async def test_memory_ttls_follow_the_run_clock(fake: FakeClock) -> None:
     assert [i.content for i in await outside.recall("", tags=["c"])] == ["short-lived"]
     fake.advance(61)
     assert await outside.recall("", tags=["c"]) == []  # expired in fake time, no sleep
+
+
+@pytest.mark.parametrize("scheme", ["memory", "sqlite"])
+async def test_a_store_opened_by_url_stamps_leases_on_the_runtimes_clock(
+    fake: FakeClock, scheme: str, tmp_path: Path
+) -> None:
+    url = (
+        f"memory://clock-{uuid.uuid4().hex}" if scheme == "memory" else f"sqlite:///{tmp_path}/a.db"
+    )
+    store = open_store(url)
+    run = RunRecord(run_id="leased", status="running", entry="m:f", arguments="{}")
+    claim = await store.claim_run(run, owner="first", lease_seconds=30)
+    assert claim.record.lease_expires_at == fake.time() + 30  # written on the fake clock
+    assert claim.record.lease_alive(RUNTIME.clock.time())  # judged on the same clock
+    fake.advance(29)
+    assert not (await store.claim_run(run, owner="second", lease_seconds=30)).acquired
+    fake.advance(2)
+    stored = await store.get_run("leased")
+    assert stored is not None
+    assert not stored.lease_alive(RUNTIME.clock.time())
+    assert (await store.claim_run(run, owner="second", lease_seconds=30)).acquired
+    later = FakeClock(start=fake.time() + 1000)  # a clock swapped later: the store follows
+    RUNTIME.configure(clock=later)
+    assert (await store.get_run("leased")) is not None
+    assert await store.renew_lease("leased", owner="second", lease_seconds=30)
+    renewed = await store.get_run("leased")
+    assert renewed is not None
+    assert renewed.lease_expires_at == later.time() + 30
+    store.close()
 
 
 async def test_the_system_clock_does_not_wait_for_a_time_already_past() -> None:
