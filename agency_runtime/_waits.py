@@ -29,6 +29,7 @@ from ._clock import Clock
 from ._core._frame import Frame, current_frame, position_of
 from ._core._jsondata import check_name, json_problem
 from ._durable._effect import journaled
+from ._durable._failures import register_failure
 from ._durable._journal import RunJournal, journal_of
 from ._errors import EventTimeoutError, InvalidArgumentError, NotInRunError, RunParked
 from ._store import RunQueue
@@ -44,6 +45,21 @@ __all__ = [
 EVENT_POLL_SECONDS = 0.5
 """How often a wait for an event looks at the store when no wake-up comes (events sent by
 another process to a store without notifications)."""
+
+
+def _timeout_fields(exc: EventTimeoutError) -> dict[str, Any]:
+    return {"name": exc.name, "timeout": exc.timeout, "run_id": exc.run_id}
+
+
+def _timeout_from(message: str, data: dict[str, Any]) -> EventTimeoutError:
+    run_id = data.get("run_id")
+    return EventTimeoutError(
+        str(data["name"]), float(data["timeout"]), None if run_id is None else str(run_id)
+    )
+
+
+register_failure(EventTimeoutError, _timeout_fields, _timeout_from)
+"""A wait for an event that timed out is journaled as its outcome (raised again on replay)."""
 
 
 def check_event_name(name: object) -> str:

@@ -8,9 +8,10 @@ entry exists, :func:`replay` applies the recorded changes again (threads, guards
 grants are as if it had run) and returns the recorded outcome without running anything: no
 provider is called and nothing is paid twice.
 
-A unit may also record a *failure* (an LLM call that failed after its retries, or whose
-answer never matched its schema): replaying it raises the same error again, so code that
-caught it takes the same path on every replay. A recorded failure that ends the run is
+A unit may also record a *failure* of a kind its feature registered
+(:mod:`._failures`: an LLM call that failed after its retries, a wait that timed out):
+replaying it raises the same error again, so code that caught it takes the same path on
+every replay. A recorded failure that ends the run is
 forgotten when the run stops, so a retry of the failed run runs the call again.
 
 Every recorded item is checked against the call that claims it: a unit replayed under
@@ -23,6 +24,7 @@ its own way (an LLM request, a tool) passes ``observed=False``.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -33,15 +35,9 @@ from .._core import _observe
 from .._core._branches import close_base, open_base
 from .._core._changes import CHANGES, Change, Recorder
 from .._core._frame import _FRAME, Frame
-from .._errors import (
-    EventTimeoutError,
-    JournalCorruptError,
-    LLMCallError,
-    NondeterminismError,
-    StructuredOutputError,
-    ToolRoundsExceededError,
-)
+from .._errors import JournalCorruptError, NondeterminismError
 from .._types import JournalEntry
+from ._failures import decode_failure, encode_failure
 from ._journal import RunJournal, journal_of
 from ._replay import replay_changes
 
@@ -53,39 +49,13 @@ V = TypeVar("V")
 _PLAIN = frozenset({str, int, float, bool, type(None), dict, list, tuple})
 """Result types that are never awaitable (no ``inspect.isawaitable`` for them)."""
 
-RECORDED_FAILURES: tuple[type[Exception], ...] = (StructuredOutputError, LLMCallError)
-"""The failures an LLM call journals like an answer."""
 
-
-def _failure_json(exc: Exception) -> str:
-    data: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
-    if isinstance(exc, StructuredOutputError):
-        data.update(raw=exc.raw, errors=exc.errors)
-    elif isinstance(exc, LLMCallError):
-        data.update(model=exc.model, attempts=exc.attempts)
-    elif isinstance(exc, EventTimeoutError):
-        data.update(name=exc.name, timeout=exc.timeout, run_id=exc.run_id)
-    return to_json(data).decode()
-
-
-def _failure_from(text: str) -> Exception:
-    data = from_json(text)
-    kind, message = str(data["type"]), str(data["message"])
-    if kind == "StructuredOutputError":
-        return StructuredOutputError(
-            message, raw=str(data.get("raw", "")), errors=[str(e) for e in data["errors"]]
-        )
-    if kind in ("LLMCallError", "ToolRoundsExceededError"):
-        error = LLMCallError if kind == "LLMCallError" else ToolRoundsExceededError
-        return error(
-            message, model=str(data.get("model", "")), attempts=int(data.get("attempts", 0))
-        )
-    if kind == "EventTimeoutError":
-        run_id = data.get("run_id")
-        return EventTimeoutError(
-            str(data["name"]), float(data["timeout"]), None if run_id is None else str(run_id)
-        )
-    raise ValueError(f"unknown recorded failure {kind!r}")
+def __getattr__(name: str) -> Any:
+    # ``RECORDED_FAILURES`` moved to the LLM layer (``_llm._recorded``), which registers the
+    # kinds; this keeps the old import working until ``_llm._chat`` imports it from there.
+    if name == "RECORDED_FAILURES":
+        return importlib.import_module("agency_runtime._llm._recorded").RECORDED_FAILURES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def same_name(recorded_name: str, name: str) -> bool:
@@ -137,7 +107,7 @@ def replay(
             replay_changes(frame, from_json(entry.deltas))
         if entry.error is None:
             return decode(entry.result)
-        failure = _failure_from(entry.error)
+        failure = decode_failure(entry.error)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise JournalCorruptError(
             f"the journal of run {journal.run_id!r} is damaged at {entry.path!r} "
@@ -235,7 +205,7 @@ async def _commit(
         "locals": None,
         "scopes": None,
         "deltas": to_json(recorder.changes).decode() if recorder.changes else None,
-        "error": None if failure is None else _failure_json(failure),
+        "error": None if failure is None else encode_failure(failure),
         "cost_pico": recorder.pico,
         "tokens": recorder.tokens,
         "created_at": frame.ctx.clock.time(),
