@@ -24,7 +24,6 @@ its own way (an LLM request, a tool) passes ``observed=False``.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -48,14 +47,6 @@ V = TypeVar("V")
 
 _PLAIN = frozenset({str, int, float, bool, type(None), dict, list, tuple})
 """Result types that are never awaitable (no ``inspect.isawaitable`` for them)."""
-
-
-def __getattr__(name: str) -> Any:
-    # ``RECORDED_FAILURES`` moved to the LLM layer (``_llm._recorded``), which registers the
-    # kinds; this keeps the old import working until ``_llm._chat`` imports it from there.
-    if name == "RECORDED_FAILURES":
-        return importlib.import_module("agency_runtime._llm._recorded").RECORDED_FAILURES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def same_name(recorded_name: str, name: str) -> bool:

@@ -34,12 +34,13 @@ from .._core._branches import qualify
 from .._core._changes import Change
 from .._core._frame import Frame, current_frame, position_of
 from .._core._threads import MessageContent, MessageThread
-from .._durable._effect import RECORDED_FAILURES, journaled
+from .._durable._effect import journaled
 from .._durable._journal import journal_of
 from .._errors import InvalidArgumentError, NoModelError
 from .._guards import gate
 from ._call import MAX_TOOL_ROUNDS, TokenCallback, _Call, _emit
 from ._model import Model, resolve_model
+from ._recorded import RECORDED_FAILURES
 from ._toolloop import _converse
 from ._tools import Tool, as_tools
 

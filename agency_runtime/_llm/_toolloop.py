@@ -21,7 +21,7 @@ from .._core._frame import Position, position_of, use_frame
 from .._core._jsondata import json_problem
 from .._core._money import pico_to_usd
 from .._core._threads import Message, MessageThread
-from .._durable._effect import RECORDED_FAILURES, journaled
+from .._durable._effect import journaled
 from .._durable._journal import journal_of
 from .._errors import (
     AgencyError,
@@ -32,6 +32,7 @@ from .._errors import (
 from .._guards import charge, gate
 from ._billing import bill
 from ._parsing import parse_structured
+from ._recorded import RECORDED_FAILURES
 from ._request import _request
 from ._tools import ValidationFailure
 
