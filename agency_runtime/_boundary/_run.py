@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -161,7 +161,7 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
 # Typed by the entry's return annotation: an async entry's awaited value, else its value.
 @overload
 async def run(
-    entry: Callable[..., Awaitable[T]],
+    entry: Callable[..., Coroutine[Any, Any, T]],
     *args: Any,
     run_id: str | None = None,
     store: str | Store | None = None,
@@ -650,7 +650,9 @@ async def _rewind(
 
 
 @overload
-def run_sync(entry: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> RunResult[T]: ...
+def run_sync(
+    entry: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any
+) -> RunResult[T]: ...
 
 
 @overload
