@@ -47,7 +47,7 @@ from ._core._threads import (
 from ._errors import InvalidArgumentError
 from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
 from ._interrupts import handler, interrupt, with_handler
-from ._llm._chat import llm
+from ._llm._chat import llm as _llm
 from ._llm._model import Model as _Model
 from ._llm._model import register_model, unregister_model
 from ._llm._stream import llm_stream
@@ -58,11 +58,14 @@ from ._scope import with_resumable_scope
 from ._waits import sleep, wait_for_event
 
 if TYPE_CHECKING:
+    from ._llm._chat import OnMaxToolRounds, TokenCallback
+    from ._llm._tools import Tool
     from ._memory import MemoryNamespace
 
 __all__ = ["Agency", "agency"]
 
 T = TypeVar("T")
+M = TypeVar("M")
 F = TypeVar("F", bound=Callable[..., Any])
 Fn = Callable[[], T | Awaitable[T]]
 
@@ -161,6 +164,9 @@ class Agency:
         self.runs = RunsNamespace()
         self.queues = QueuesNamespace()
         self.schedules = SchedulesNamespace()
+        if TYPE_CHECKING:  # agency.run and run_sync as they are, overloads and all
+            self.run = run
+            self.run_sync = run_sync
 
     @functools.cached_property
     def memory(self) -> MemoryNamespace:
@@ -170,9 +176,10 @@ class Agency:
 
         return MemoryNamespace()
 
-    run = staticmethod(run)
+    if not TYPE_CHECKING:  # typed in __init__: staticmethod() keeps only one overload's type
+        run = staticmethod(run)
+        run_sync = staticmethod(run_sync)
     enqueue = staticmethod(enqueue)
-    run_sync = staticmethod(run_sync)
     resume = staticmethod(resume)
     respond_to_interrupts = staticmethod(respond_to_interrupts)
     with_resumable_scope = staticmethod(with_resumable_scope)
@@ -181,7 +188,64 @@ class Agency:
     handler = staticmethod(handler)
     get_checkpoint = staticmethod(get_checkpoint)
     restore = staticmethod(restore)
-    llm = staticmethod(llm)
+    if TYPE_CHECKING:  # agency.llm's types: str, or an instance of schema (a type)
+
+        @overload
+        @staticmethod
+        async def llm(
+            prompt: MessageContent,
+            *,
+            model: str | _Model | None = ...,
+            schema: None = ...,
+            thread: MessageThread | str | int | None = ...,
+            max_tokens: int | None = ...,
+            retries: int | None = ...,
+            timeout: float | None = ...,
+            tools: builtins.list[Tool | Callable[..., Any]] | None = ...,
+            max_tool_rounds: int = ...,
+            on_max_tool_rounds: OnMaxToolRounds = ...,
+            on_token: TokenCallback | None = ...,
+        ) -> str: ...
+
+        @overload
+        @staticmethod
+        async def llm(
+            prompt: MessageContent,
+            *,
+            model: str | _Model | None = ...,
+            schema: type[M],
+            thread: MessageThread | str | int | None = ...,
+            max_tokens: int | None = ...,
+            retries: int | None = ...,
+            timeout: float | None = ...,
+            tools: builtins.list[Tool | Callable[..., Any]] | None = ...,
+            max_tool_rounds: int = ...,
+            on_max_tool_rounds: OnMaxToolRounds = ...,
+            on_token: TokenCallback | None = ...,
+        ) -> M: ...
+
+        @overload
+        @staticmethod
+        async def llm(
+            prompt: MessageContent,
+            *,
+            model: str | _Model | None = ...,
+            schema: Any,
+            thread: MessageThread | str | int | None = ...,
+            max_tokens: int | None = ...,
+            retries: int | None = ...,
+            timeout: float | None = ...,
+            tools: builtins.list[Tool | Callable[..., Any]] | None = ...,
+            max_tool_rounds: int = ...,
+            on_max_tool_rounds: OnMaxToolRounds = ...,
+            on_token: TokenCallback | None = ...,
+        ) -> Any: ...
+
+        @staticmethod
+        async def llm(prompt: MessageContent, **options: Any) -> Any: ...
+
+    else:  # at run time the function itself: no wrapper on the call's path
+        llm = staticmethod(_llm)
     tool = staticmethod(tool)
     llm_stream = staticmethod(llm_stream)
     with_lock = staticmethod(with_lock)

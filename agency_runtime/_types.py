@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from typing_extensions import TypeVar
 
 from ._bounds import EARLIEST_TIME, LATEST_TIME, MAX_SECONDS
 from ._errors import RunFailedError, RunPausedError
@@ -123,6 +124,10 @@ class _Origin:
 
 _NOWHERE = _Origin()
 _T = TypeVar("_T")
+_V = TypeVar("_V", default=Any)
+"""What a run's entry returns: ``RunResult[int]`` for an entry annotated ``-> int``; a bare
+``RunResult`` is ``RunResult[Any]``. Only type checkers see it: the runtime never parametrizes
+the class, so ``value`` validates and dumps as ``Any`` does."""
 
 
 class _FromStore(DeferredModel):
@@ -190,8 +195,12 @@ class Interrupt(_FromStore):
     checkpoint_id: str | None = None
 
 
-class RunResult(_FromStore):
+class RunResult(_FromStore, Generic[_V]):
     """The outcome of ``agency.run``: status, value or error, interrupts, spend and timings.
+
+    Typed by what the entry returns: ``await agency.run(entry)`` for an entry annotated
+    ``-> Answer`` is a ``RunResult[Answer]``, whose ``unwrap()`` is an ``Answer`` (and
+    ``value`` an ``Answer | None``: a run that did not complete has none).
 
     ``exception`` holds the original exception object in the process that ran the entry; it
     is never stored (``error`` is its JSON form).
@@ -201,7 +210,7 @@ class RunResult(_FromStore):
 
     run_id: str
     status: RunStatus
-    value: Any = None
+    value: _V | None = None
     interrupts: list[Interrupt] = Field(default_factory=list)
     cost: float = 0.0
     tokens: int = 0
@@ -228,13 +237,13 @@ class RunResult(_FromStore):
         """Whether the run completed."""
         return self.status == "completed"
 
-    def unwrap(self) -> Any:
+    def unwrap(self) -> _V:
         """The run's value; raises :class:`RunPausedError` or :class:`RunFailedError` otherwise.
 
         A failed run's original exception (when this process ran it) is chained as the cause.
         """
         if self.status == "completed":
-            return self.value
+            return cast(_V, self.value)
         if self.status == "paused":
             raise RunPausedError(self)
         raise RunFailedError(self) from self.exception

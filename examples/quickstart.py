@@ -131,12 +131,13 @@ async def refund_workflow(customer: str, amount: float) -> Answer:
     return await agency.with_resumable_scope("refund", body)
 
 
-def show(label: str, result: RunResult) -> None:
+def show(label: str, result: RunResult[Answer]) -> None:
     """Print one run's outcome on a line or two."""
     origin = "from the store" if result.replayed else "executed"
     print(f"  {label:<26} {result.status:<9} ({origin}, ${result.cost:.6f}, {result.tokens} tok)")
     if result.ok:
-        print(f"      → [{result.value.category}] {result.value.reply}")
+        answer = result.unwrap()
+        print(f"      → [{answer.category}] {answer.reply}")
     elif result.error is not None:
         print(f"      → {result.error.type}: {result.error.message}")
 

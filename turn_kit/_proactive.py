@@ -248,4 +248,4 @@ async def send_proactive(
         return value
     if result.exception is not None:
         raise result.exception
-    return result.unwrap()  # type: ignore[no-any-return]  # raises RunFailedError
+    return result.unwrap()  # raises RunFailedError

@@ -344,7 +344,7 @@ class TurnRunner:
             raise TurnPausedError(result)
         if result.exception is not None:
             raise result.exception
-        return result.unwrap()  # type: ignore[no-any-return]  # raises RunFailedError
+        return result.unwrap()  # raises RunFailedError
 
     async def _steps(
         self,

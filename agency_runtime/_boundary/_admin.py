@@ -73,7 +73,7 @@ class RunsNamespace:
 
     async def wait(
         self, run_id: str, *, store: str | Store | None = None, timeout: float | None = None
-    ) -> RunResult:
+    ) -> RunResult[Any]:
         """Wait for run ``run_id`` to be completed, failed, cancelled or paused; its result.
 
         Raises :class:`RunNotFoundError` for an unknown id and :class:`RunWaitTimeoutError`

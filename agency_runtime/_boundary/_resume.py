@@ -52,7 +52,7 @@ async def _continue(store: Store, record: RunRecord) -> RunResult:
     return await drive(store, template, entry, args, kwargs)
 
 
-async def resume(run_id: str, *, store: str | Store | None = None) -> RunResult:
+async def resume(run_id: str, *, store: str | Store | None = None) -> RunResult[Any]:
     """Continue run ``run_id`` from its journal (after a crash, a failure or a pause).
 
     The store is data, never code: the entry is the one this process ran it with, else a
@@ -99,12 +99,12 @@ def _parse_response(value: object, key: str) -> InterruptResponse:
 
 
 async def respond_to_interrupts(
-    target: RunResult | RunRecord | str | Sequence[Interrupt | Mapping[str, Any]],
+    target: RunResult[Any] | RunRecord | str | Sequence[Interrupt | Mapping[str, Any]],
     responses: Sequence[InterruptResponse] | Mapping[str, InterruptResponse],
     *,
     store: str | Store | None = None,
     enqueue: bool = False,
-) -> RunResult:
+) -> RunResult[Any]:
     """Answer a paused run's interrupts, then continue the run and return its result.
 
     With ``enqueue=True`` the answers are stored and, in the same transaction, the run is

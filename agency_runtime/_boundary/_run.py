@@ -13,9 +13,9 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import anyio
 from pydantic import ValidationError
@@ -82,6 +82,8 @@ logger = logging.getLogger("agency_runtime.run")
 
 LEASE_SECONDS = 30.0
 """How long a claim on a run lasts without renewal; the holder renews every third of it."""
+
+T = TypeVar("T")
 
 _WAIT_MIN, _WAIT_MAX = 0.005, 0.25
 _MAX_RUN_ID = 512
@@ -156,6 +158,29 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
     return bind_store(result, store_of(record))
 
 
+# Typed by the entry's return annotation: an async entry's awaited value, else its value.
+@overload
+async def run(
+    entry: Callable[..., Coroutine[Any, Any, T]],
+    *args: Any,
+    run_id: str | None = None,
+    store: str | Store | None = None,
+    model: str | Model | None = None,
+    **kwargs: Any,
+) -> RunResult[T]: ...
+
+
+@overload
+async def run(
+    entry: Callable[..., T],
+    *args: Any,
+    run_id: str | None = None,
+    store: str | Store | None = None,
+    model: str | Model | None = None,
+    **kwargs: Any,
+) -> RunResult[T]: ...
+
+
 async def run(
     entry: Callable[..., Any],
     *args: Any,
@@ -163,7 +188,7 @@ async def run(
     store: str | Store | None = None,
     model: str | Model | None = None,
     **kwargs: Any,
-) -> RunResult:
+) -> RunResult[Any]:
     """Run ``entry(*args, **kwargs)`` as a durable run and return its :class:`RunResult`.
 
     ``run_id``, ``store`` and ``model`` are run options; every other argument goes to
@@ -624,7 +649,17 @@ async def _rewind(
     return args, kwargs
 
 
-def run_sync(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult:
+@overload
+def run_sync(
+    entry: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any
+) -> RunResult[T]: ...
+
+
+@overload
+def run_sync(entry: Callable[..., T], *args: Any, **kwargs: Any) -> RunResult[T]: ...
+
+
+def run_sync(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult[Any]:
     """:func:`run` for scripts: starts an event loop, runs, and returns the result.
 
     Takes the same arguments as :func:`run`. It cannot be called from inside a running event

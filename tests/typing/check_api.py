@@ -1,0 +1,39 @@
+"""Static checks of the typed API, run by mypy (strict) in CI as a user would (.ci/run).
+
+Never executed: mypy reads it through the installed package, from outside the repo.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_type
+
+from pydantic import BaseModel
+
+from agency_runtime import RunResult, agency
+
+
+class Reply(BaseModel):
+    text: str
+
+
+async def async_entry() -> int:
+    return 1
+
+
+def sync_entry(name: str) -> str:
+    return name
+
+
+async def check() -> None:
+    result = await agency.run(async_entry)
+    assert_type(result, RunResult[int])
+    assert_type(result.unwrap(), int)
+    assert_type(result.value, int | None)
+    assert_type(await agency.run(sync_entry, "ada", run_id="r1"), RunResult[str])
+    assert_type(agency.run_sync(async_entry), RunResult[int])
+    assert_type(await agency.resume("r1"), RunResult[Any])
+    assert_type(await agency.respond_to_interrupts(result, {}), RunResult[Any])
+    assert_type(await agency.runs.wait("r1"), RunResult[Any])
+    assert_type(await agency.llm("x"), str)
+    assert_type(await agency.llm("x", schema=Reply), Reply)
+    assert_type(await agency.llm("x", schema={"type": "object"}), Any)
