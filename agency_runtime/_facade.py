@@ -58,7 +58,8 @@ from ._scope import with_resumable_scope
 from ._waits import sleep, wait_for_event
 
 if TYPE_CHECKING:
-    from ._llm._chat import OnMaxToolRounds, TokenCallback
+    from ._llm._call import TokenCallback
+    from ._llm._chat import OnMaxToolRounds
     from ._llm._tools import Tool
     from ._memory import MemoryNamespace
 
