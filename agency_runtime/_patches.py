@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ._core._frame import current_frame
 from ._core._jsondata import check_name
+from ._durable._effect import will_replay
 from ._durable._journal import PATCH_PREFIX, journal_of
 from ._types import JournalEntry
 
@@ -32,7 +33,7 @@ def patched(change_id: str) -> bool:
     if known is not None:
         return known
     path = PATCH_PREFIX + change_id
-    if path in journal.entries:
+    if will_replay(journal, path):
         answer = True
     elif journal.replaying():
         answer = False  # the run passed here before the change existed: the old code

@@ -40,7 +40,15 @@ from ._failures import decode_failure, encode_failure
 from ._journal import RunJournal, journal_of
 from ._replay import replay_changes
 
-__all__ = ["journaled", "perform", "recorded", "replay", "replay_changes", "same_name"]
+__all__ = [
+    "journaled",
+    "perform",
+    "recorded",
+    "replay",
+    "replay_changes",
+    "same_name",
+    "will_replay",
+]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -58,6 +66,13 @@ def same_name(recorded_name: str, name: str) -> bool:
     if recorded_name == name:
         return True
     return recorded_name.endswith("<lambda>") and name.startswith(recorded_name[:-1] + ":")
+
+
+def will_replay(journal: RunJournal, path: str) -> bool:
+    """Whether the unit at ``path`` has a recorded entry, so claiming it replays (nothing
+    runs): the one question a feature asks the journal before it calls the primitive (an
+    observer marks the unit replayed; ``agency.patched`` finds its marker)."""
+    return path in journal.entries
 
 
 def recorded(journal: RunJournal, path: str, name: str, callsite: str) -> JournalEntry | None:

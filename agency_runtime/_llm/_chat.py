@@ -34,7 +34,7 @@ from .._core._branches import qualify
 from .._core._changes import Change
 from .._core._frame import Frame, current_frame, position_of
 from .._core._threads import MessageContent, MessageThread
-from .._durable._effect import journaled
+from .._durable._effect import journaled, will_replay
 from .._durable._journal import journal_of
 from .._errors import InvalidArgumentError, NoModelError
 from .._guards import gate
@@ -249,7 +249,7 @@ async def ask(call: _Call) -> Any:
         call.adapter,
         call.on_token,
     )
-    replayed = journal_of(frame.ctx).entries.get(path) is not None
+    replayed = will_replay(journal_of(frame.ctx), path)
 
     def unit(observed: bool) -> Awaitable[tuple[Any, str]]:
         return journaled(

@@ -21,7 +21,7 @@ from .._core._frame import Position, position_of, use_frame
 from .._core._jsondata import json_problem
 from .._core._money import pico_to_usd
 from .._core._threads import Message, MessageThread
-from .._durable._effect import journaled
+from .._durable._effect import journaled, will_replay
 from .._durable._journal import journal_of
 from .._errors import (
     AgencyError,
@@ -159,7 +159,7 @@ async def _round(
         )
 
     obs = _observe.OBSERVER
-    if obs is None or path not in journal_of(call.frame.ctx).entries:
+    if obs is None or not will_replay(journal_of(call.frame.ctx), path):
         return await unit()
     with obs.chat(call.model.model, call.model.name, path, True):
         return await unit()
@@ -260,7 +260,7 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
     if obs is None:
         content = await unit()
     else:
-        replayed = path in journal_of(call.frame.ctx).entries
+        replayed = will_replay(journal_of(call.frame.ctx), path)
         with obs.tool(name, tool_call.id, path, replayed) as watch:
             content = await unit()
     call.thread.push(Message.trusted("tool", content, tool_call_id=tool_call.id, name=name))
