@@ -532,11 +532,12 @@ class _Commands:
     async def journal(self) -> int:
         """``agency runs journal RUN_ID``."""
         await _record(self.store, self.ns.run_id)
-        entries: list[JournalEntry] = await agency.runs.journal(self.ns.run_id, store=self.store)
+        journal = await self.store.load_journal(self.ns.run_id)  # steps and answers, one read
+        entries: list[JournalEntry] = journal.entries
         if self.as_json:
             _dump([_entry_json(e) for e in entries], self.out)
             return 0
-        asked = (await self.store.load_journal(self.ns.run_id)).answers
+        asked = journal.answers
         if not entries and not asked:
             print(f"run {self.ns.run_id!r} has no completed steps", file=self.out)
             return 0
