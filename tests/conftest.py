@@ -39,6 +39,7 @@ from agency_runtime import MemoryStore, SqliteStore, Store
 from agency_runtime._boundary._runtime import RUNTIME
 from agency_runtime._clock import SYSTEM_CLOCK, Clock, FakeClock
 from agency_runtime._store import PostgresStore
+from agency_runtime._store._core import Check
 from tests import pg_cluster
 from tests.forked import ForkServer
 
@@ -153,7 +154,13 @@ class _SettlingPostgresStore(PostgresStore):
     """
 
     async def _run(
-        self, what: str, work: Callable[..., T], *, tx: bool = False, several: bool = False
+        self,
+        what: str,
+        work: Callable[..., T],
+        *,
+        tx: bool = False,
+        several: bool = False,
+        check: Check = None,
     ) -> T:
         return self._call(what, work, tx)
 

@@ -2,8 +2,8 @@
 
 Who may claim a run (:func:`claim_decision`), which words a memory query searches
 (:func:`query_terms`, read like FTS5's tokenizer reads them), and how recall ranks matches
-(:class:`Corpus`, the ranking SQLite's FTS5 computes, done in Python for stores without a
-full-text index).
+(:class:`Bm25`, the ranking SQLite's FTS5 computes, done in Python for the PostgreSQL store,
+which has no FTS5 index).
 """
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from .._types import RunRecord
 
 __all__ = [
     "DEFAULT_QUEUE",
     "Bm25",
-    "Corpus",
     "claim_decision",
     "pick_claims",
     "query_terms",
@@ -83,54 +82,6 @@ class Bm25:
             if count:
                 score -= weight * count * (BM25_K1 + 1) / (count + norm)
         return score
-
-
-class Corpus:
-    """What FTS5's ``bm25()`` counts over a full-text index, kept up to date as items come and go.
-
-    The number of documents, their total length in words and, for each word, how many
-    documents hold it; and each document's word counts. Adding and removing a document costs
-    its own length, so ranking never reads the whole index again.
-    """
-
-    def __init__(self) -> None:
-        self.documents: dict[str, Counter[str]] = {}
-        self.length = 0
-        self.holding: Counter[str] = Counter()
-
-    def add(self, key: str, text: str) -> None:
-        """Index ``text`` under ``key`` (a key indexed before is replaced)."""
-        self.remove(key)
-        counts = Counter(text_tokens(text))
-        self.documents[key] = counts
-        self.length += counts.total()
-        self.holding.update(counts.keys())
-
-    def remove(self, key: str) -> None:
-        """Forget the document under ``key``, if any."""
-        counts = self.documents.pop(key, None)
-        if counts is not None:
-            self.length -= counts.total()
-            self.holding.subtract(counts.keys())
-
-    def scores(self, terms: Sequence[str], keys: Sequence[str]) -> list[float]:
-        """FTS5's ``bm25()`` of each document of ``keys`` for an OR query of ``terms``.
-
-        The whole corpus is what ``N`` and the average length count (in SQLite: all
-        namespaces, expired items not yet purged). Lower is better, as in SQLite; a document
-        matching no term scores ``0.0``. Stores without a full-text index rank recall with
-        it, so every backend picks the same items.
-        """
-        total = len(self.documents)
-        if not total or not terms:
-            return [0.0 for _ in keys]
-        ranking = Bm25(total, self.length, {term: self.holding[term] for term in terms})
-        return [ranking.score(self.documents[key]) for key in keys]
-
-    def matches(self, key: str, terms: Sequence[str]) -> bool:
-        """Whether the document under ``key`` holds any of ``terms``."""
-        counts = self.documents[key]
-        return any(term in counts for term in terms)
 
 
 def claim_decision(existing: RunRecord | None, now: float, steal_from: str | None = None) -> str:

@@ -583,7 +583,15 @@ async def test_a_global_lock_whose_lease_ran_out_says_it_is_lost() -> None:
             assert await store.lock_holder("leader") == (other, "other")
 
 
-# The next two read the memory store's own queues (``_lock_queues``): they are memory-only.
+# The next two count the memory store's tickets in its own table: they are memory-only.
+
+
+def _tickets(store: MemoryStore, name: str | None = None) -> int:
+    """How many lock tickets ``store`` holds (of lock ``name``, or of every lock)."""
+    with store._lock:
+        assert store._conn is not None
+        where, params = ("", ()) if name is None else (" WHERE name = ?", (name,))
+        return int(store._conn.execute(f"SELECT count(*) FROM locks{where}", params).fetchone()[0])
 
 
 async def test_global_release_on_exception_and_on_cancellation() -> None:
@@ -595,17 +603,17 @@ async def test_global_release_on_exception_and_on_cancellation() -> None:
     with agency.test_context():
         with pytest.raises(ValueError, match="boom"):  # the error itself, not a group
             await with_lock("x", boom, scope="global", store=store)
-        assert not store._lock_queues
+        assert _tickets(store) == 0
         with pytest.raises(KeyError):
             async with lock("x", scope="global", store=store):
                 raise KeyError("k")
-        assert not store._lock_queues
+        assert _tickets(store) == 0
         with anyio.CancelScope() as cancelled:
             async with lock("x", scope="global", store=store):
                 cancelled.cancel()
                 await anyio.sleep_forever()  # cancelled while it holds the lock
         assert cancelled.cancelled_caught
-        assert not store._lock_queues
+        assert _tickets(store) == 0
         assert (
             await with_lock("x", lambda: "free", scope="global", store=store, timeout=0) == "free"
         )
@@ -664,21 +672,20 @@ async def test_global_timeout_and_cancellation_free_the_ticket(
                 )
 
             async def cancel_once_queued(scope: anyio.CancelScope) -> None:
-                await wait_for(lambda: len((store._lock_queues or {}).get("x", {})) == 2)
+                await wait_for(lambda: _tickets(store, "x") == 2)
                 scope.cancel()
 
             with anyio.CancelScope() as waiting:
                 tg.start_soon(cancel_once_queued, waiting)
                 await with_lock("x", lambda: None, scope="global", store=store)
             assert waiting.cancelled_caught
-            assert store._lock_queues is not None
-            assert len(store._lock_queues["x"]) == 1  # only the holder's ticket is left
+            assert _tickets(store, "x") == 1  # only the holder's ticket is left
             tg.start_soon(
                 partial(with_lock, "x", lambda: order.append("C"), scope="global", store=store)
             )
             release.set()
     assert order == ["A", "C"]
-    assert not store._lock_queues
+    assert _tickets(store) == 0
     messages = [r.getMessage() for r in caplog.records if r.name == "agency_runtime.locks"]
     assert messages == [
         "Still waiting for lock 'x' after 0.02s (waiter "

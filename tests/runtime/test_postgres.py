@@ -36,8 +36,9 @@ from agency_runtime import (
 from agency_runtime._clock import Clock
 from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
+from agency_runtime._store._core import Op, Sql
 from agency_runtime._store._pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
-from agency_runtime._store._postgres import PREPARE_THRESHOLD, Op, _Sql
+from agency_runtime._store._postgres import PREPARE_THRESHOLD
 from agency_runtime._types import JournalEntry, RunRecord
 from tests import pg_cluster
 from tests.runtime.test_store_contract import _recall_all
@@ -279,18 +280,19 @@ async def test_a_retried_outcome_counts_the_forgotten_steps_spend_once(
     store = make_store()
     assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
     assert await store.commit_step(_step("r", "gone", 1, cost_pico=7), owner="a")
-    real = store._notify_sql
+    real = store._drop_steps
     attempts: list[int] = []
 
-    def flaky(source: str, column: str = "run_id") -> str:
-        # Built when the attempt has dropped the steps and added their spend, before the
-        # outcome's UPDATE is sent: the failure aborts the attempt there.
+    def flaky(run_id: str, where: str, params: dict[str, Any]) -> Op[tuple[int, int]]:
+        # The first attempt drops the steps and counts their spend, then PostgreSQL aborts
+        # it before the outcome's UPDATE is sent.
+        spent = yield from real(run_id, where, params)
         attempts.append(1)
         if len(attempts) == 1:
             raise psycopg.errors.SerializationFailure("injected: the first attempt is aborted")
-        return real(source, column)
+        return spent
 
-    monkeypatch.setattr(store, "_notify_sql", flaky)
+    monkeypatch.setattr(store, "_drop_steps", flaky)
     done = _run("r", status="completed", value="1", finished_at=2.0, cost_pico=7)
     assert await store.finish_run(done, owner="a", unjournaled=(3, 0), forget=["gone"])
     assert len(attempts) == 2
@@ -500,7 +502,7 @@ async def _prepared_statements(store: PostgresStore) -> int:
     """How many statements the session of the store's next connection has prepared."""
 
     def probe() -> Op[int]:
-        row = (yield _Sql("SELECT count(*) FROM pg_prepared_statements")).one()
+        row = (yield Sql("SELECT count(*) FROM pg_prepared_statements")).one()
         assert row is not None
         return int(row[0])
 

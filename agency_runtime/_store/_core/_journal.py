@@ -1,0 +1,181 @@
+"""The core's journal: loading it, committing steps, interrupts, checkpoints and rewinds."""
+
+from __future__ import annotations
+
+import functools
+
+from ..._types import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
+from .._rows import STEP_COLUMNS, journal_from_rows
+from ._base import CoreBase, Refused, json_rows
+from ._program import Op, Sql, changed_one
+
+__all__ = ["JournalCore"]
+
+
+class JournalCore(CoreBase):
+    """:class:`~agency_runtime._store.RunLog`'s journal operations."""
+
+    async def load_journal(self, run_id: str) -> Journal:
+        t = self._d.t
+        params = {"run": run_id}
+
+        def work() -> Op[Journal]:
+            steps = yield Sql(
+                f"SELECT {', '.join(STEP_COLUMNS)} FROM {t}steps WHERE run_id = %(run)s "
+                "ORDER BY seq",
+                params,
+            )
+            answers = yield Sql(
+                f"SELECT seq, interrupt, response, answered_at FROM {t}interrupts "
+                "WHERE run_id = %(run)s ORDER BY seq",
+                params,
+            )
+            checkpoints = yield Sql(
+                f"SELECT body FROM {t}checkpoints WHERE run_id = %(run)s ORDER BY seq", params
+            )
+            return journal_from_rows(run_id, steps.rows, answers.rows, checkpoints.rows)
+
+        # No transaction: at READ COMMITTED (PostgreSQL's level) each SELECT would take its own
+        # snapshot inside one anyway, so BEGIN and COMMIT would only add two round trips.
+        return await self._run(f"load the journal of run {run_id!r}", work, several=True)
+
+    @functools.cached_property
+    def _commit_step_sql(self) -> str:
+        # One statement: the lease check locks the run's row (FOR SHARE), so a claimant taking
+        # the run over waits for this commit, or this insert sees the lease gone and writes
+        # nothing. (Built once: it is every step's statement.)
+        return (
+            f"WITH lease AS ({self._holds(self._d.for_share)}) INSERT INTO {self._d.t}steps "
+            f"({', '.join(STEP_COLUMNS)}) SELECT "
+            f"{', '.join(f'%({c})s' for c in STEP_COLUMNS)} FROM lease"
+        )
+
+    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
+        params = {column: getattr(entry, column) for column in STEP_COLUMNS}
+        params.update(run=entry.run_id, owner=owner)
+        query = self._commit_step_sql
+        what = f"commit step {entry.path!r} of run {entry.run_id!r}"
+        return await self._run(what, lambda: changed_one(query, params), check="throttled")
+
+    async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
+        if not answers:
+            return True
+        d = self._d
+        run_id = answers[0].run_id
+        latest = {(a.run_id, a.interrupt.interrupt_id): a for a in answers}  # the last one wins
+        rows = [
+            {"r": a.run_id, "i": a.interrupt.interrupt_id, "s": a.seq,
+             "b": a.interrupt.model_dump_json()}
+            for a in latest.values()
+        ]  # fmt: skip
+        query = (
+            f"WITH lease AS ({self._holds(d.for_share)}) INSERT INTO {d.t}interrupts "
+            "(run_id, interrupt_id, seq, interrupt, response, answered_at) "
+            "SELECT x.r, x.i, x.s, x.b, NULL, NULL FROM lease, "
+            f"{d.rows_of('rows', (('r', 'text'), ('i', 'text'), ('s', 'bigint'), ('b', 'text')))} "
+            "WHERE true ON CONFLICT (run_id, interrupt_id) DO UPDATE SET seq = EXCLUDED.seq, "
+            "interrupt = EXCLUDED.interrupt, response = NULL, answered_at = NULL"
+        )
+        params = {"run": run_id, "owner": owner, "rows": json_rows(rows)}
+
+        def work() -> Op[bool]:
+            # Every answer is written when the lease is held, none when it is not.
+            return (yield Sql(query, params)).rowcount > 0
+
+        return await self._run(f"record the interrupts of run {run_id!r}", work, check="always")
+
+    async def answer_interrupts(
+        self, run_id: str, responses: dict[str, InterruptResponse], *, enqueue: bool = False
+    ) -> list[str]:
+        d = self._d
+        keys = list(responses)
+        rows = [{"k": key, "b": responses[key].model_dump_json()} for key in keys]
+        params = {"run": run_id, "now": self._now_param(), "rows": json_rows(rows),
+                  "enqueue": enqueue}  # fmt: skip
+        bump = (
+            f"UPDATE {d.t}runs SET version = version + 1, updated_at = {d.now}, "
+            "status = CASE WHEN %(enqueue)s AND status = 'paused' THEN 'queued' "
+            "ELSE status END, "
+            "queue = CASE WHEN %(enqueue)s AND status = 'paused' "
+            "THEN COALESCE(queue, 'default') ELSE queue END "
+            "WHERE run_id = %(run)s"
+        )
+        if enqueue:
+            bump = d.notifying(bump, "run_id")
+
+        def work() -> Op[list[str]]:
+            if keys:
+                updated = yield Sql(
+                    f"UPDATE {d.t}interrupts AS i SET response = x.b, answered_at = {d.now} "
+                    f"FROM {d.rows_of('rows', (('k', 'text'), ('b', 'text')))} "
+                    "WHERE i.run_id = %(run)s AND i.interrupt_id = x.k AND i.response IS NULL "
+                    "RETURNING interrupt_id",
+                    params,
+                )
+                answered = {key for (key,) in updated.rows}
+                refused = [key for key in keys if key not in answered]
+                if refused:
+                    raise Refused(refused)  # rolls the whole transaction back
+            yield Sql(bump, params)
+            return []
+
+        try:
+            await self._run(f"answer the interrupts of run {run_id!r}", work, tx=bool(keys))
+        except Refused as refusal:
+            return refusal.keys
+        if enqueue:
+            self._wakeups.ring()
+        return []
+
+    async def save_checkpoint(self, checkpoint: Checkpoint, *, owner: str) -> bool:
+        d = self._d
+        run_id = checkpoint.run_id or ""
+        params = {"run": run_id, "owner": owner, "id": checkpoint.checkpoint_id,
+                  "seq": checkpoint.seq, "body": checkpoint.model_dump_json()}  # fmt: skip
+        query = (
+            f"WITH lease AS ({self._holds(d.for_share)}) INSERT INTO {d.t}checkpoints "
+            "(run_id, checkpoint_id, seq, body) SELECT %(run)s, %(id)s, %(seq)s, %(body)s "
+            "FROM lease WHERE true ON CONFLICT (run_id, checkpoint_id) DO UPDATE "
+            "SET seq = EXCLUDED.seq, body = EXCLUDED.body"
+        )
+        what = f"save checkpoint {checkpoint.checkpoint_id!r}"
+        return await self._run(what, lambda: changed_one(query, params), check="always")
+
+    async def rewind(
+        self,
+        run_id: str,
+        seq: int,
+        *,
+        owner: str,
+        overrides: str | None = None,
+        checkpoint: Checkpoint | None = None,
+    ) -> bool:
+        d = self._d
+        t = d.t
+        params = {"run": run_id, "owner": owner, "seq": seq, "overrides": overrides}
+
+        def work() -> Op[bool]:
+            if (yield Sql(self._holds(d.for_update), params)).one() is None:
+                return False
+            pico, tokens = yield from self._drop_steps(run_id, "seq > %(seq)s", params)
+            yield Sql(
+                f"UPDATE {t}runs SET overrides = COALESCE(%(overrides)s, overrides), "
+                "unjournaled_pico = unjournaled_pico + %(pico)s, "
+                "unjournaled_tokens = unjournaled_tokens + %(tokens)s WHERE run_id = %(run)s",
+                {**params, "pico": pico, "tokens": tokens},
+            )
+            for table in ("interrupts", "checkpoints"):
+                yield Sql(f"DELETE FROM {t}{table} WHERE run_id = %(run)s AND seq > %(seq)s",
+                          params)  # fmt: skip
+            if checkpoint is not None:
+                yield Sql(
+                    f"INSERT INTO {t}checkpoints (run_id, checkpoint_id, seq, body) "
+                    "VALUES (%(run)s, %(id)s, %(cseq)s, %(body)s) "
+                    "ON CONFLICT (run_id, checkpoint_id) DO UPDATE "
+                    "SET seq = EXCLUDED.seq, body = EXCLUDED.body",
+                    {"run": run_id, "id": checkpoint.checkpoint_id, "cseq": checkpoint.seq,
+                     "body": checkpoint.model_dump_json()},
+                )  # fmt: skip
+            return True
+
+        return await self._run(f"rewind run {run_id!r}", work, tx=True, check="always")

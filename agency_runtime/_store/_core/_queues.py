@@ -1,0 +1,162 @@
+"""The core's queues: queueing runs, claiming queued ones, queue limits, and wake-ups."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ..._errors import InvalidArgumentError, StoreError
+from ..._types import Claim, RunRecord
+from .._rules import pick_claims, queued_record
+from ._base import COLS, VALUES, CoreBase, row_of
+from ._base import record as run_record
+from ._program import Op, Sql
+
+__all__ = ["QueuesCore"]
+
+
+class QueuesCore(CoreBase):
+    """:class:`~agency_runtime._store.RunQueue`'s operations."""
+
+    async def enqueue_run(self, record: RunRecord) -> Claim:
+        d = self._d
+        query = d.notifying(
+            f"INSERT INTO {d.t}runs ({COLS}) VALUES ({VALUES}) ON CONFLICT (run_id) DO NOTHING",
+            "run_id",
+        )
+
+        def work() -> Op[Claim]:
+            stored = queued_record(record, (yield from self._now()))
+            if (yield Sql(query, row_of(stored))).rows:
+                return Claim(acquired=False, created=True, record=stored)
+            existing = yield from self._fetch(record.run_id)
+            if existing is None:  # deleted in between: runs are deleted only when final
+                raise StoreError(f"run {record.run_id!r} vanished while being queued")
+            return Claim(acquired=False, created=False, record=existing)
+
+        claim = await self._run(f"queue run {record.run_id!r}", work, check="always")
+        if claim.created:
+            self._wakeups.ring()
+        return claim
+
+    async def claim_queued(
+        self,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRecord]:
+        names = list(dict.fromkeys(queues))
+        if limit <= 0 or not names:
+            return []
+        d = self._d
+        t = d.t
+
+        def work() -> Op[list[RunRecord]]:
+            now = yield from self._now()
+            # Limited queues: their rows are locked for the rest of this transaction, so no
+            # other claimant counts their running runs until these claims are committed.
+            capped = yield Sql(
+                f"SELECT name, concurrency FROM {t}queues WHERE name{d.among('names')} "
+                f"AND concurrency IS NOT NULL ORDER BY name{d.for_update}",
+                {"names": d.array(names)},
+            )
+            limits = {str(name): int(cap) for name, cap in capped.rows}
+            room: dict[str, int] = {}
+            if limits:
+                running = yield Sql(
+                    f"SELECT queue, count(*) FROM {t}runs WHERE queue{d.among('limited')} "
+                    "AND status = 'running' AND lease_expires_at > %(now)s GROUP BY queue",
+                    {"limited": d.array(list(limits)), "now": now},
+                )
+                busy = {str(queue): int(count) for queue, count in running.rows}
+                room = {name: max(0, cap - busy.get(name, 0)) for name, cap in limits.items()}
+            open_queues = [name for name in names if room.get(name, 1) > 0]
+            skip, taken = list(exclude), list[str]()
+            while open_queues and len(taken) < limit:
+                due = yield Sql(
+                    f"SELECT run_id, queue FROM {t}runs WHERE queue{d.among('queues')} "
+                    "AND (status = 'queued' OR (status = 'running' AND (lease_expires_at IS NULL "
+                    "OR lease_expires_at <= %(now)s)) OR (status = 'waiting' "
+                    "AND wake_at <= %(now)s)) "
+                    f"AND run_id{d.among('skip', negated=True)} "
+                    f"ORDER BY priority DESC, created_at, {d.seq} LIMIT %(n)s{d.skip_locked}",
+                    {"queues": d.array(open_queues), "now": now, "skip": d.array(skip),
+                     "n": limit - len(taken)},
+                )  # fmt: skip
+                rows = due.rows
+                if not rows:
+                    break
+                skip.extend(run_id for run_id, _ in rows)
+                taken += pick_claims(rows, room, limit - len(taken))
+                open_queues = [name for name in open_queues if room.get(name, 1) > 0]
+            if not taken:
+                return []
+            updated = yield Sql(
+                f"UPDATE {t}runs SET status = 'running', attempts = attempts + 1, "
+                "version = version + 1, started_at = COALESCE(started_at, %(now)s), "
+                "updated_at = %(now)s, lease_owner = %(owner)s, "
+                "lease_expires_at = %(expires)s, wake_at = NULL, waiting_for = NULL "
+                f"WHERE run_id{d.among('ids')} RETURNING {COLS}",
+                {"now": now, "owner": owner, "expires": now + lease_seconds,
+                 "ids": d.array(taken)},
+            )  # fmt: skip
+            claimed = {run.run_id: run for run in map(run_record, updated.rows)}
+            return [claimed[run_id] for run_id in taken]
+
+        return await self._run(f"claim queued runs of {names}", work, tx=True, check="throttled")
+
+    async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
+        if concurrency is not None and (
+            not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 0
+        ):
+            raise InvalidArgumentError(
+                f"the concurrency of queue {name!r} must be a whole number, 0 or more, or "
+                f"None (no limit); got {concurrency!r}"
+            )
+        query = (
+            f"INSERT INTO {self._d.t}queues (name, concurrency) VALUES (%(name)s, %(cap)s) "
+            "ON CONFLICT (name) DO UPDATE SET concurrency = EXCLUDED.concurrency"
+        )
+
+        def work() -> Op[None]:
+            yield Sql(query, {"name": name, "cap": concurrency})
+
+        await self._run(f"configure queue {name!r}", work)
+        self._wakeups.ring()  # a raised limit may make runs claimable
+
+    async def queue_concurrency(self, name: str) -> int | None:
+        query = f"SELECT concurrency FROM {self._d.t}queues WHERE name = %(name)s"
+
+        def work() -> Op[int | None]:
+            row = (yield Sql(query, {"name": name})).one()
+            return None if row is None or row[0] is None else int(row[0])
+
+        return await self._run(f"read the limit of queue {name!r}", work)
+
+    async def next_wake(self, queues: Sequence[str], *, after: float | None = None) -> float | None:
+        names = list(dict.fromkeys(queues))
+        if not names:
+            return None
+        d = self._d
+        query = (
+            f"SELECT (SELECT min(wake_at) FROM {d.t}runs WHERE status = 'waiting' "
+            f"AND queue{d.among('queues')} AND wake_at > %(after)s), (SELECT "
+            f"min(next_at) FROM {d.t}schedules WHERE queue{d.among('queues')} "
+            "AND next_at > %(after)s)"
+        )
+        params = {"queues": d.array(names), "after": -math.inf if after is None else after}
+
+        def work() -> Op[float | None]:
+            row = (yield Sql(query, params)).one()
+            times = [float(t) for t in row or () if t is not None]
+            return min(times) if times else None
+
+        return await self._run("read when runs fall due", work)
+
+    async def wait_for_runs(self, timeout: float) -> None:
+        """Return when this process queued, answered for a worker, handed back or ended a
+        run, or after ``timeout`` seconds; spurious returns are allowed."""
+        await self._wakeups.wait(timeout)

@@ -1,0 +1,242 @@
+"""The core's runs: claiming one, its lease, its outcome, reading, cancelling and forking."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..._errors import RunNotFoundError
+from ..._types import Checkpoint, Claim, RunRecord, RunStatus
+from .._rows import STEP_COLUMNS, error_json, interrupts_json, waiting_json
+from .._rules import claim_decision
+from ._base import COLS, VALUES, CoreBase, listed, row_of
+from ._base import record as run_record
+from ._program import Op, Sql
+
+__all__ = ["RunsCore"]
+
+
+class RunsCore(CoreBase):
+    """:class:`~agency_runtime._store.RunLog`'s run operations."""
+
+    async def claim_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        lease_seconds: float,
+        steal_from: str | None = None,
+    ) -> Claim:
+        t = self._d.t
+
+        def work() -> Op[Claim]:
+            while True:
+                existing = yield from self._fetch(record.run_id, lock=True)
+                now = yield from self._now()
+                decision = claim_decision(existing, now, steal_from)
+                if decision == "refuse":
+                    assert existing is not None
+                    return Claim(acquired=False, created=False, record=existing)
+                lease = {"lease_owner": owner, "lease_expires_at": now + lease_seconds}
+                if decision == "insert":
+                    stored = record.model_copy(
+                        update={"status": "running", "attempts": 1, "version": 1,
+                                "started_at": now, "updated_at": now, **lease}
+                    )  # fmt: skip
+                    inserted = yield Sql(
+                        f"INSERT INTO {t}runs ({COLS}) VALUES ({VALUES}) "
+                        "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                        row_of(stored),
+                    )
+                    if not inserted.rows:
+                        continue  # another claimant inserted it first: decide again
+                    return Claim(acquired=True, created=True, record=stored)
+                row = (
+                    yield Sql(
+                        f"UPDATE {t}runs SET status = 'running', attempts = attempts + 1, "
+                        "version = version + 1, started_at = %(now)s, updated_at = %(now)s, "
+                        "lease_owner = %(lease_owner)s, "
+                        "lease_expires_at = %(lease_expires_at)s, wake_at = NULL, "
+                        f"waiting_for = NULL WHERE run_id = %(run)s RETURNING {COLS}",
+                        {"now": now, "run": record.run_id, **lease},
+                    )
+                ).one()
+                assert row is not None
+                return Claim(acquired=True, created=False, record=run_record(row))
+
+        return await self._run(f"claim run {record.run_id!r}", work, tx=True, check="always")
+
+    async def renew_lease(self, run_id: str, *, owner: str, lease_seconds: float) -> bool:
+        query = (
+            f"UPDATE {self._d.t}runs SET lease_expires_at = {self._d.now} + %(lease)s "
+            "WHERE run_id = %(run)s AND lease_owner = %(owner)s AND status = 'running'"
+        )
+
+        def work() -> Op[bool]:
+            params = {"now": self._now_param(), "lease": lease_seconds, "run": run_id,
+                      "owner": owner}  # fmt: skip
+            return (yield Sql(query, params)).rowcount == 1
+
+        return await self._run(f"renew the lease of run {run_id!r}", work)
+
+    async def finish_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        unjournaled: tuple[int, int] = (0, 0),
+        forget: Sequence[str] = (),
+    ) -> bool:
+        d = self._d
+        t = d.t
+        params: dict[str, Any] = {
+            "run": record.run_id, "owner": owner, "status": record.status,
+            "value": record.value, "error": error_json(record.error),
+            "interrupts": interrupts_json(record.interrupts), "cost": record.cost_pico,
+            "tokens": record.tokens, "finished": record.finished_at,
+            "now": self._now_param(), "forget": d.array(list(forget)),
+            "wake_at": record.wake_at, "waiting_for": waiting_json(record.waiting_for),
+            "names": d.array(list(record.waiting_for)),
+        }  # fmt: skip
+        # A run parking to wait for events needs a transaction: see the check below.
+        parks = record.status == "waiting" and bool(record.waiting_for)
+        finish = d.notifying(
+            f"UPDATE {t}runs SET status = %(status)s, value = %(value)s, "
+            "error = %(error)s, interrupts = %(interrupts)s, cost_pico = %(cost)s, "
+            "tokens = %(tokens)s, unjournaled_pico = unjournaled_pico + %(upico)s, "
+            "unjournaled_tokens = unjournaled_tokens + %(utokens)s, "
+            f"finished_at = %(finished)s, updated_at = {d.now}, version = version + 1, "
+            "queue = CASE WHEN %(status)s = 'queued' THEN COALESCE(queue, 'default') "
+            "ELSE queue END, lease_owner = NULL, lease_expires_at = NULL, "
+            "wake_at = %(wake_at)s, waiting_for = %(waiting_for)s "
+            "WHERE run_id = %(run)s AND lease_owner = %(owner)s AND status = 'running'",
+            "run_id",
+        )
+
+        def work() -> Op[bool]:
+            # Added to this attempt's own totals: a retried attempt starts again from
+            # ``unjournaled``, not from what the rolled-back one had added.
+            params["upico"], params["utokens"] = unjournaled
+            if forget:
+                if (yield Sql(self._holds(d.for_update), params)).one() is None:
+                    return False
+                pico, tokens = yield from self._drop_steps(
+                    record.run_id, f"path{d.among('forget')}", params
+                )
+                params["upico"] += pico
+                params["utokens"] += tokens
+            # One guarded UPDATE, and the notification that whoever waits on runs looks again.
+            if len((yield Sql(finish, params)).rows) != 1:
+                return False
+            if parks:
+                # An event it waits for may be buffered already (sent while it still ran):
+                # then it is due now. This statement's snapshot is newer than the UPDATE's
+                # row lock, and send_event locks the run's row before it inserts, so an
+                # event committed before that lock is seen here, and one sent later finds
+                # the run waiting and wakes it itself.
+                yield Sql(
+                    f"UPDATE {t}runs SET wake_at = {d.now} WHERE run_id = %(run)s "
+                    "AND status = 'waiting' AND EXISTS (SELECT 1 FROM "
+                    f"{t}events e WHERE e.run_id = %(run)s AND e.taken_by IS NULL "
+                    f"AND e.name{d.among('names')})",
+                    params,
+                )
+            return True
+
+        finished = await self._run(
+            f"store the outcome of run {record.run_id!r}",
+            work,
+            tx=bool(forget) or parks,
+            check="always",
+        )
+        if finished:
+            self._wakeups.ring()
+            self._finished()
+        return finished
+
+    def _finished(self) -> None:
+        """Called after a run's outcome was stored (the SQLite store trims its WAL here)."""
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return await self._run(f"read run {run_id!r}", lambda: self._fetch(run_id))
+
+    async def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+    ) -> list[RunRecord]:
+        d = self._d
+        where = "" if status is None else "WHERE status = %(status)s "
+        query = (
+            f"SELECT {COLS} FROM {d.t}runs {where}ORDER BY created_at DESC, {d.seq} DESC "
+            "LIMIT %(limit)s OFFSET %(offset)s"
+        )
+        params = {"status": status, "limit": d.no_limit if limit < 0 else limit,
+                  "offset": max(0, offset)}  # fmt: skip
+
+        def work() -> Op[list[RunRecord]]:
+            return [listed(row) for row in (yield Sql(query, params)).rows]
+
+        return await self._run("list runs", work)
+
+    async def cancel_run(self, run_id: str) -> RunRecord | None:
+        d = self._d
+        query = d.notifying(
+            f"UPDATE {d.t}runs SET status = 'cancelled', lease_owner = NULL, "
+            f"lease_expires_at = NULL, version = version + 1, finished_at = {d.now}, "
+            f"updated_at = {d.now} WHERE run_id = %(run)s "
+            "AND status NOT IN ('completed', 'cancelled')",
+            COLS,
+        )
+
+        def work() -> Op[tuple[RunRecord | None, bool]]:
+            row = (yield Sql(query, {"run": run_id, "now": self._now_param()})).one()
+            if row is not None:
+                return run_record(row), True
+            return (yield from self._fetch(run_id)), False
+
+        stored, changed = await self._run(f"cancel run {run_id!r}", work)
+        if changed:
+            self._wakeups.ring()
+        return stored
+
+    async def fork_run(self, run_id: str, new_run_id: str, upto_seq: int) -> RunRecord:
+        t = self._d.t
+        params = {"run": run_id, "new": new_run_id, "upto": upto_seq}
+
+        def work() -> Op[RunRecord]:
+            source = yield from self._fetch(run_id)
+            if source is None:
+                raise RunNotFoundError(run_id, self.url)
+            row = (
+                yield Sql(
+                    "SELECT COALESCE(SUM(cost_pico), 0), COALESCE(SUM(tokens), 0) "
+                    f"FROM {t}steps WHERE run_id = %(run)s AND seq <= %(upto)s",
+                    params,
+                )
+            ).one()
+            assert row is not None
+            forked = source.fork_as(new_run_id, cost_pico=int(row[0]), tokens=int(row[1]))
+            yield Sql(f"INSERT INTO {t}runs ({COLS}) VALUES ({VALUES})", row_of(forked))
+            others = ", ".join(STEP_COLUMNS[1:])
+            yield Sql(
+                f"INSERT INTO {t}steps ({', '.join(STEP_COLUMNS)}) SELECT %(new)s, {others} "
+                f"FROM {t}steps WHERE run_id = %(run)s AND seq <= %(upto)s",
+                params,
+            )
+            # Answers are not copied: interrupt ids derive from the run id.
+            kept = yield Sql(
+                f"SELECT checkpoint_id, seq, body FROM {t}checkpoints "
+                "WHERE run_id = %(run)s AND seq <= %(upto)s",
+                params,
+            )
+            for cid, seq, body in kept.rows:
+                moved = Checkpoint.model_validate_json(body).model_copy(
+                    update={"run_id": new_run_id}
+                )
+                yield Sql(
+                    f"INSERT INTO {t}checkpoints (run_id, checkpoint_id, seq, body) "
+                    "VALUES (%(new)s, %(id)s, %(seq)s, %(body)s)",
+                    {"new": new_run_id, "id": cid, "seq": seq, "body": moved.model_dump_json()},
+                )
+            return forked
+
+        return await self._run(f"fork run {run_id!r}", work, tx=True)
