@@ -29,7 +29,7 @@ from .._core._jsondata import check_text
 from .._core._money import pico_to_usd
 from .._core._threads import ThreadStore
 from .._durable._entries import location_ref
-from .._durable._journal import JOURNAL, HandBack, RunJournal
+from .._durable._journal import JOURNAL, RunJournal
 from .._durable._leases import holder_is_dead, owner_id
 from .._durable._values import (
     annotation_text,
@@ -63,6 +63,7 @@ from .._llm._model import MODELS, Model, model_name, run_model
 from .._llm._model import check_model as check_llm_model
 from .._store import RunRecord, Store
 from .._types import ErrorInfo, Interrupt, RunResult, RunStatus, bind_store, store_of
+from ._handback import HandBack
 from ._runtime import RUNTIME
 
 __all__ = [
@@ -365,7 +366,7 @@ async def _execute(
             renewals.start_soon(_renew_lease, store, record.run_id, owner, lease)
             try:
                 journal = await _open_journal(store, record, owner, ctx, fresh=fresh)
-                journal.handback = handback
+                journal.parking = handback
                 if record.overrides is not None:
                     args, kwargs = decode_arguments(entry, record.overrides)
                     ctx.globals.update(stored_globals(record.overrides))
