@@ -31,6 +31,7 @@ from ._core._jsondata import check_name, json_problem
 from ._durable._effect import journaled
 from ._durable._failures import register_failure
 from ._durable._journal import RunJournal, journal_of
+from ._durable._parking import Parking
 from ._errors import EventTimeoutError, InvalidArgumentError, NotInRunError, RunParked
 from ._store import RunQueue
 
@@ -91,9 +92,9 @@ def _path(frame: Frame, journal: RunJournal, kind: str) -> str:
 async def _nap(clock: Clock, journal: RunJournal, seconds: float, store: RunQueue | None) -> bool:
     """Wait up to ``seconds`` of the run's clock; with ``store``, return early when it rings
     (or after a poll). Returns whether the worker asked the run to stop meanwhile."""
-    handback = journal.handback
+    parking = journal.parking
     with anyio.CancelScope() as scope:
-        cancel = None if handback is None else handback.on_request(scope.cancel)
+        cancel = None if parking is None else parking.on_request(scope.cancel)
         try:
             if store is None:
                 await clock.sleep(seconds)
@@ -110,7 +111,12 @@ async def _nap(clock: Clock, journal: RunJournal, seconds: float, store: RunQueu
         finally:
             if cancel is not None:
                 cancel()
-    return handback is not None and handback.requested
+    return parking is not None and parking.requested
+
+
+def _parks(parking: Parking | None, seconds: float) -> bool:
+    """Whether a wait of ``seconds`` parks the run (only a worker's run can park)."""
+    return parking is not None and parking.parks(seconds)
 
 
 async def _park(wake_at: float | None, events: tuple[str, ...] = ()) -> None:
@@ -143,9 +149,7 @@ async def sleep(seconds: float | timedelta) -> None:
         decode=float,
     )
     while (remaining := wake_at - clock.time()) > 0:
-        handback = journal.handback
-        parks = handback is not None and handback.parks(remaining)
-        if parks or await _nap(clock, journal, remaining, None):
+        if _parks(journal.parking, remaining) or await _nap(clock, journal, remaining, None):
             await _park(wake_at)  # long, or the worker drains: another worker continues it
     await anyio.lowlevel.checkpoint()
 
@@ -194,9 +198,7 @@ async def wait_for_event(name: str, *, timeout: float | timedelta | None = None)
             remaining = math.inf if deadline is None else deadline - clock.time()
             if remaining <= 0:
                 raise EventTimeoutError(name, limit or 0.0, run_id)
-            handback = journal.handback
-            parks = handback is not None and handback.parks(remaining)
-            if parks or await _nap(clock, journal, remaining, store):
+            if _parks(journal.parking, remaining) or await _nap(clock, journal, remaining, store):
                 await _park(deadline, (name,))
 
     return await journaled(

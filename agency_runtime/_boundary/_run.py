@@ -14,6 +14,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar, overload
 
@@ -29,7 +30,7 @@ from .._core._jsondata import check_text
 from .._core._money import pico_to_usd
 from .._core._threads import ThreadStore
 from .._durable._entries import location_ref
-from .._durable._journal import JOURNAL, HandBack, RunJournal
+from .._durable._journal import JOURNAL, RunJournal
 from .._durable._leases import holder_is_dead, owner_id
 from .._durable._values import (
     annotation_text,
@@ -63,6 +64,7 @@ from .._llm._model import MODELS, Model, model_name, run_model
 from .._llm._model import check_model as check_llm_model
 from .._store import RunRecord, Store
 from .._types import ErrorInfo, Interrupt, RunResult, RunStatus, bind_store, store_of
+from ._handback import HandBack
 from ._runtime import RUNTIME
 
 __all__ = [
@@ -335,6 +337,37 @@ async def execute(
     return result
 
 
+@dataclass(slots=True)
+class _Attempt:
+    """One execution of a claimed run: what its steps share."""
+
+    store: Store
+    record: RunRecord
+    owner: str
+    lease: float
+    """How long the lease lasts between renewals."""
+    handback: HandBack | None
+    """A worker's hold on the run (``None`` in a plain run)."""
+    ctx: RuntimeContext
+    root: Recorder
+    """Collects the spend made outside journaled steps (stored as the run's unjournaled spend)."""
+    started: float
+    journal: RunJournal | None = None
+    """The run's journal, once it is open (``None`` if opening it failed)."""
+
+
+@dataclass(slots=True)
+class _Ending:
+    """How an execution ended: the status it is stored with and what goes with it."""
+
+    status: RunStatus = "failed"
+    value: Any = None
+    value_json: str | None = None
+    error: BaseException | None = None
+    interrupts: list[Interrupt] = field(default_factory=list)
+    parked: RunParked | None = None
+
+
 async def _execute(
     store: Store,
     record: RunRecord,
@@ -347,102 +380,158 @@ async def _execute(
     lease_seconds: float | None,
     handback: HandBack | None,
 ) -> RunResult:
-    clock = RUNTIME.clock
-    ctx = RuntimeContext(record.run_id, model=run_model(record.model), store=store, clock=clock)
-    root = Recorder(keep=False)
-    journal: RunJournal | None = None
-    status: RunStatus = "failed"
-    value: Any = None
-    value_json: str | None = None
-    error: BaseException | None = None
-    interrupts: list[Interrupt] = []
-    parked: RunParked | None = None
+    """:func:`execute` without the observer: run, judge the ending, store it, return it."""
+    attempt = _prepare(store, record, owner, lease_seconds, handback)
     interrupted: BaseException | None = None
-    started = record.started_at or clock.time()
     try:
-        async with anyio.create_task_group() as renewals:
-            lease = LEASE_SECONDS if lease_seconds is None else lease_seconds
-            renewals.start_soon(_renew_lease, store, record.run_id, owner, lease)
-            try:
-                journal = await _open_journal(store, record, owner, ctx, fresh=fresh)
-                journal.handback = handback
-                if record.overrides is not None:
-                    args, kwargs = decode_arguments(entry, record.overrides)
-                    ctx.globals.update(stored_globals(record.overrides))
-                while True:
-                    journal.begin_execution()
-                    outcome = await _call_entry(ctx, root, entry, args, kwargs)
-                    if isinstance(outcome, RestoreSignal):
-                        args, kwargs = await _rewind(journal, ctx, entry, args, kwargs, outcome)
-                        continue
-                    break
-                if isinstance(outcome, RunHandedBack):
-                    status = "queued"
-                elif isinstance(outcome, RunParked):
-                    status, parked = "waiting", outcome
-                elif isinstance(outcome, RunPaused):
-                    await journal.record_pause()
-                    status, interrupts = "paused", _unique(journal.paused or outcome.interrupts)
-                elif isinstance(outcome, AgencyCancelledError):
-                    status, error = "cancelled", outcome
-                elif isinstance(outcome, _Completed):
-                    text = encode_value(
-                        outcome.value, what=f"the value returned by run {record.run_id!r}"
-                    )
-                    value = _validated(text, entry, record.entry, outcome.value)
-                    status, value_json = "completed", text
-                else:
-                    status, error = "failed", outcome
-                    logger.debug("run %r failed", record.run_id, exc_info=outcome)
-            except Exception as exc:  # a failure of any kind is the run's result
-                status, error = (
-                    ("cancelled" if isinstance(exc, AgencyCancelledError) else "failed"),
-                    exc,
-                )
-                if not isinstance(exc, AgencyError | ValidationError):
-                    logger.warning("run %r failed inside the runtime", record.run_id, exc_info=exc)
-            finally:
-                renewals.cancel_scope.cancel()
+        ending = await _run_leased(attempt, entry, args, kwargs, fresh=fresh)
     except BaseException as exc:  # cancelled from outside, KeyboardInterrupt, SystemExit
         interrupted = exc
-        status, value, value_json, interrupts, error = "failed", None, None, [], None
-        parked = None
-        if handback is not None:
-            status = "queued"  # a worker stopping: another one continues it
-        else:
-            error = RunInterruptedError(
-                f"run {record.run_id!r} was interrupted ({type(exc).__name__}) before it "
-                f"finished; continue it with agency.resume({record.run_id!r})"
-            )
-    if handback is not None and status == "failed" and _outage(error):
-        status, error = "queued", None  # the store failed, not the run: another try later
-    finished = None if status in ("queued", "waiting") else clock.time()
-    outcome_record = record.model_copy(
-        update={
-            "status": status,
-            "wake_at": None if parked is None else parked.wake_at,
-            "waiting_for": [] if parked is None else list(parked.events),
-            "value": value_json,
-            "error": None if error is None else ErrorInfo.from_exception(error),
-            "interrupts": interrupts,
-            "cost_pico": ctx.cost_pico,
-            "tokens": ctx.tokens,
-            "finished_at": finished,
-        }
+        ending = _interrupted(record.run_id, exc, worker=handback is not None)
+    if handback is not None and ending.status == "failed" and _outage(ending.error):
+        ending = _Ending("queued")  # the store failed, not the run: another try later
+    finished = None if ending.status in ("queued", "waiting") else attempt.ctx.clock.time()
+    outcome, stored = await _store_outcome(attempt, ending, finished)
+    if interrupted is not None:
+        raise interrupted
+    _after_storing(attempt, ending, stored)
+    return _result(attempt, ending, outcome, finished)
+
+
+def _prepare(
+    store: Store,
+    record: RunRecord,
+    owner: str,
+    lease_seconds: float | None,
+    handback: HandBack | None,
+) -> _Attempt:
+    """One execution of the claimed ``record``, in a fresh context (the run's model and store,
+    the runtime's clock)."""
+    clock = RUNTIME.clock
+    ctx = RuntimeContext(record.run_id, model=run_model(record.model), store=store, clock=clock)
+    lease = LEASE_SECONDS if lease_seconds is None else lease_seconds
+    started = record.started_at or clock.time()
+    return _Attempt(store, record, owner, lease, handback, ctx, Recorder(keep=False), started)
+
+
+async def _run_leased(
+    attempt: _Attempt,
+    entry: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    fresh: bool,
+) -> _Ending:
+    """Open the journal, run the entry and judge how it ended, renewing the lease meanwhile.
+
+    A failure of any kind (the entry's, the store's, ours) is the run's ending; only an
+    interruption from outside propagates.
+    """
+    store, record = attempt.store, attempt.record
+    ending = _Ending()
+    async with anyio.create_task_group() as renewals:
+        renewals.start_soon(_renew_lease, store, record.run_id, attempt.owner, attempt.lease)
+        try:
+            journal = await _open_journal(store, record, attempt.owner, attempt.ctx, fresh=fresh)
+            attempt.journal = journal
+            journal.parking = attempt.handback  # a worker's run: it may be asked to stop or park
+            outcome = await _run_entry(attempt, journal, entry, args, kwargs)
+            ending = await _classify(record, journal, entry, outcome)
+        except Exception as exc:  # a failure of any kind is the run's result
+            ending = _failure(record.run_id, exc)
+        finally:
+            renewals.cancel_scope.cancel()
+    return ending
+
+
+async def _run_entry(
+    attempt: _Attempt,
+    journal: RunJournal,
+    entry: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> _Outcome:
+    """Run the entry (with the arguments and globals a restore stored) until it ends other
+    than by restoring a checkpoint; each restore rewinds the journal and runs it again."""
+    ctx, record = attempt.ctx, attempt.record
+    if record.overrides is not None:
+        args, kwargs = decode_arguments(entry, record.overrides)
+        ctx.globals.update(stored_globals(record.overrides))
+    while True:
+        journal.begin_execution()
+        outcome = await _call_entry(ctx, attempt.root, entry, args, kwargs)
+        if not isinstance(outcome, RestoreSignal):
+            return outcome
+        args, kwargs = await _rewind(journal, ctx, entry, args, kwargs, outcome)
+
+
+async def _classify(
+    record: RunRecord, journal: RunJournal, entry: Callable[..., Any], outcome: _Outcome
+) -> _Ending:
+    """The ending of an execution that ended with ``outcome``: a pause records its
+    interrupts first; a value must be data that fits the entry's return annotation."""
+    if isinstance(outcome, RunHandedBack):
+        return _Ending("queued")
+    if isinstance(outcome, RunParked):
+        return _Ending("waiting", parked=outcome)
+    if isinstance(outcome, RunPaused):
+        await journal.record_pause()
+        return _Ending("paused", interrupts=_unique(journal.paused or outcome.interrupts))
+    if isinstance(outcome, AgencyCancelledError):
+        return _Ending("cancelled", error=outcome)
+    if isinstance(outcome, _Completed):
+        text = encode_value(outcome.value, what=f"the value returned by run {record.run_id!r}")
+        value = _validated(text, entry, record.entry, outcome.value)
+        return _Ending("completed", value=value, value_json=text)
+    logger.debug("run %r failed", record.run_id, exc_info=outcome)
+    return _Ending("failed", error=outcome)
+
+
+def _failure(run_id: str, exc: Exception) -> _Ending:
+    """The ending of an execution that raised ``exc`` (a cancellation ends it cancelled);
+    an error that is neither ours to report nor a validation error is logged."""
+    if not isinstance(exc, AgencyError | ValidationError):
+        logger.warning("run %r failed inside the runtime", run_id, exc_info=exc)
+    return _Ending("cancelled" if isinstance(exc, AgencyCancelledError) else "failed", error=exc)
+
+
+def _interrupted(run_id: str, exc: BaseException, *, worker: bool) -> _Ending:
+    """The ending of an execution interrupted from outside by ``exc``: a worker's run goes
+    back to its queue (another worker continues it), any other run fails, saying so."""
+    if worker:
+        return _Ending("queued")
+    return _Ending(
+        error=RunInterruptedError(
+            f"run {run_id!r} was interrupted ({type(exc).__name__}) before it "
+            f"finished; continue it with agency.resume({run_id!r})"
+        )
     )
-    forget = journal.uncaught(error) if journal is not None and status == "failed" else []
-    stored = False
+
+
+async def _store_outcome(
+    attempt: _Attempt, ending: _Ending, finished: float | None
+) -> tuple[RunRecord, bool]:
+    """Store the run's ending (shielded: an interrupted run is stored too) and release its
+    lease; returns the record stored and whether this process still held the run.
+
+    When the store fails, the ending becomes that failure (never "completed" unstored).
+    """
+    record, journal, root = attempt.record, attempt.journal, attempt.root
+    outcome = _outcome_record(attempt, ending, finished)
+    forget: list[str] = []  # recorded failures that ended the run: a retry performs them again
+    if journal is not None and ending.status == "failed":
+        forget = journal.uncaught(ending.error)
     with anyio.CancelScope(shield=True):
         try:
-            stored = await store.finish_run(
-                outcome_record, owner=owner, unjournaled=(root.pico, root.tokens), forget=forget
+            stored = await attempt.store.finish_run(
+                outcome, owner=attempt.owner, unjournaled=(root.pico, root.tokens), forget=forget
             )
         except Exception as exc:  # the outcome could not be stored: say so, never "completed"
             logger.warning("run %r: its outcome could not be stored", record.run_id, exc_info=exc)
-            status, value, error = "failed", None, exc
-            outcome_record = outcome_record.model_copy(
+            ending.status, ending.value, ending.error, ending.interrupts = "failed", None, exc, []
+            outcome = outcome.model_copy(
                 update={
-                    "status": status,
+                    "status": "failed",
                     "value": None,
                     "error": ErrorInfo.from_exception(exc),
                     "interrupts": [],
@@ -450,34 +539,64 @@ async def _execute(
                     "waiting_for": [],
                 }
             )
-            interrupts = []
-    if interrupted is not None:
-        raise interrupted
-    if stored and status == "paused" and journal is not None:
-        RUNTIME.journals.keep(store, record.run_id, record.version + 1, journal)
-    if not stored and error is None and status not in ("queued", "waiting"):
+            return outcome, False
+    return outcome, stored
+
+
+def _outcome_record(attempt: _Attempt, ending: _Ending, finished: float | None) -> RunRecord:
+    """The run's record as ``ending`` leaves it, with the spend of this execution."""
+    parked, error = ending.parked, ending.error
+    return attempt.record.model_copy(
+        update={
+            "status": ending.status,
+            "wake_at": None if parked is None else parked.wake_at,
+            "waiting_for": [] if parked is None else list(parked.events),
+            "value": ending.value_json,
+            "error": None if error is None else ErrorInfo.from_exception(error),
+            "interrupts": ending.interrupts,
+            "cost_pico": attempt.ctx.cost_pico,
+            "tokens": attempt.ctx.tokens,
+            "finished_at": finished,
+        }
+    )
+
+
+def _after_storing(attempt: _Attempt, ending: _Ending, stored: bool) -> None:
+    """Keep a paused run's journal for its answer; warn when the outcome was not stored
+    because the run was cancelled or taken over meanwhile."""
+    record, status = attempt.record, ending.status
+    if stored and status == "paused" and attempt.journal is not None:
+        RUNTIME.journals.keep(attempt.store, record.run_id, record.version + 1, attempt.journal)
+    if not stored and ending.error is None and status not in ("queued", "waiting"):
         logger.warning(
             "run %r finished with status %r, but it was cancelled or another process holds "
             "its lease now; the store keeps that outcome",
             record.run_id,
             status,
         )
+
+
+def _result(
+    attempt: _Attempt, ending: _Ending, outcome: RunRecord, finished: float | None
+) -> RunResult:
+    """The caller's result of this execution (its value revived), bound to the run's store."""
+    record, started = attempt.record, attempt.started
     result = RunResult(
         run_id=record.run_id,
-        status=status,
-        value=value,
-        interrupts=interrupts,
-        cost=pico_to_usd(outcome_record.cost_pico),
-        tokens=outcome_record.tokens,
-        error=outcome_record.error,
+        status=ending.status,
+        value=ending.value,
+        interrupts=ending.interrupts,
+        cost=pico_to_usd(outcome.cost_pico),
+        tokens=outcome.tokens,
+        error=outcome.error,
         created_at=_when(record.created_at),
         started_at=_when(started),
         finished_at=_when(finished),
         duration=None if finished is None else finished - started,
-        wake_at=_when(outcome_record.wake_at),
-        exception=error,
+        wake_at=_when(outcome.wake_at),
+        exception=ending.error,
     )
-    return bind_store(result, store)
+    return bind_store(result, attempt.store)
 
 
 def _outage(error: BaseException | None) -> bool:

@@ -28,11 +28,11 @@ import anyio
 from pydantic import ValidationError
 
 from .._bounds import check_seconds, check_whole
-from .._durable._journal import HandBack
 from .._durable._leases import owner_id
 from .._durable._values import decode_arguments
 from .._errors import AgencyError, InvalidArgumentError, StoreError
 from .._store import RunRecord, Store
+from ._handback import HandBack
 from ._queue import check_queue
 from ._run import LEASE_SECONDS, execute
 from ._runtime import RUNTIME

@@ -9,7 +9,6 @@ unit tests.
 from __future__ import annotations
 
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable
 
 from pydantic_core import from_json
 
@@ -25,51 +24,12 @@ from .._types import (
     Journal,
     JournalEntry,
 )
+from ._parking import Parking
 
-__all__ = ["JOURNAL", "PATCH_PREFIX", "HandBack", "PausedJournals", "RunJournal", "journal_of"]
+__all__ = ["JOURNAL", "PATCH_PREFIX", "PausedJournals", "RunJournal", "journal_of"]
 
 PATCH_PREFIX = "patch:"
 """The journal path of ``agency.patched(change_id)``'s marker is this plus the change id."""
-
-
-class HandBack:
-    """A worker's hold on the run it serves.
-
-    ``requested`` (set by :meth:`request` when the worker drains) asks the run to stop
-    after the next step it commits: the run boundary turns the :class:`RunHandedBack`
-    signal into a run handed back to its queue, where any worker continues it from its
-    journal. A wait in progress (``agency.sleep``, ``agency.wait_for_event``) is told at
-    once through :meth:`on_request` and parks instead. ``park_after``: a wait longer than
-    this many seconds parks the run (``None``: never park).
-    """
-
-    __slots__ = ("_callbacks", "park_after", "requested")
-
-    def __init__(self, park_after: float | None = None) -> None:
-        self.requested = False
-        self.park_after = park_after
-        self._callbacks: list[Callable[[], None]] = []
-
-    def request(self) -> None:
-        """Ask the run to stop (draining): after its next commit, or now if it waits."""
-        self.requested = True
-        callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback()
-
-    def on_request(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback()`` when :meth:`request` is called; returns a canceller."""
-        self._callbacks.append(callback)
-
-        def cancel() -> None:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
-
-        return cancel
-
-    def parks(self, seconds: float) -> bool:
-        """Whether a wait of ``seconds`` parks the run rather than waiting in this process."""
-        return self.requested or (self.park_after is not None and seconds > self.park_after)
 
 
 class RunJournal:
@@ -89,9 +49,9 @@ class RunJournal:
         "entries",
         "execution",
         "failures",
-        "handback",
         "markers",
         "owner",
+        "parking",
         "patches",
         "paused",
         "pending",
@@ -113,7 +73,8 @@ class RunJournal:
         self.run_id = run_id
         self.store = store
         self.owner = owner
-        self.handback: HandBack | None = None
+        self.parking: Parking | None = None
+        """What the run's holder asks of it (a worker's run; set by the run boundary)."""
         self.entries: dict[str, JournalEntry] = {}
         self.answers: dict[str, InterruptResponse] = {}
         self.pending: dict[str, Interrupt] = {}
@@ -281,8 +242,8 @@ class RunJournal:
         if self.markers:
             await self._write_markers()
         await self._persist(entry)
-        if self.handback is not None and self.handback.requested:
-            raise RunHandedBack()
+        if self.parking is not None and self.parking.requested:
+            raise RunHandedBack()  # the holder asked the run to stop after this commit
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         """Persist a checkpoint and index it."""
