@@ -267,8 +267,11 @@ async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord
 
     Returns the run once its holder stored an outcome; ``None`` when the holder's lease
     expired (it died), so the caller should claim the run itself. It polls in real time (it
-    watches another task or process make progress); whether a lease expired is judged by the
-    runtime's clock.
+    watches another task or process make progress). Whether the lease expired is read on the
+    runtime's clock only as a hint of when to try: the claim that follows is decided by the
+    store, on the store's clock (the runtime's for memory and SQLite stores opened by URL, the
+    server's for PostgreSQL, the one clock every host shares), so a host whose clock runs
+    ahead asks again sooner but never takes a live lease.
     """
     clock = RUNTIME.clock
     while True:
