@@ -10,6 +10,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -30,6 +31,7 @@ from agency_runtime import (
     agency,
 )
 from agency_runtime._boundary import _run as run_module
+from agency_runtime._store import Claim
 from agency_runtime.testing import FakeClock
 from tests.forked import ForkServer
 
@@ -325,6 +327,52 @@ async def test_a_waiter_returns_the_holders_failure_instead_of_running_again(
         release.set()
     assert executions == [1]
     assert [r.status for r in results] == ["failed", "failed"]
+
+
+@pytest.mark.parametrize("store_backend", ["postgres"])
+async def test_a_runtime_clock_ahead_of_the_servers_never_takes_a_live_lease(
+    make_store: Callable[..., Store], fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL store leases on the server's clock. A waiter whose runtime clock runs a
+    year ahead reads the holder's lease as expired, asks the store for the run, and is refused:
+    the store judges the lease on its own clock, so the run still executes once."""
+    store = make_store()  # no clock: the server's
+    fake_clock.advance(365 * 86400.0)
+    release = anyio.Event()
+    executions: list[int] = []
+    refused: list[str] = []
+    tried_thrice = anyio.Event()  # the waiter tried to take the lease, again and again
+    claim = store.claim_run
+
+    async def counted(record: RunRecord, **kwargs: Any) -> Claim:
+        taken = await claim(record, **kwargs)
+        if not taken.acquired:
+            refused.append(record.run_id)
+            if len(refused) >= 3:
+                tried_thrice.set()
+        return taken
+
+    monkeypatch.setattr(store, "claim_run", counted)
+
+    async def slow() -> str:
+        executions.append(1)
+        await release.wait()
+        return "done"
+
+    results: list[RunResult] = []
+
+    async def call() -> None:
+        results.append(await agency.run(slow, run_id="ahead", store=store))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        group.start_soon(call)
+        with anyio.fail_after(30):
+            await tried_thrice.wait()
+        assert executions == [1]
+        release.set()
+    assert executions == [1]
+    assert sorted(r.replayed for r in results) == [False, True]
 
 
 async def test_a_dead_holder_is_taken_over_when_its_lease_expires(
