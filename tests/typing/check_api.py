@@ -1,6 +1,6 @@
-"""Static checks of the typed API, run by mypy (strict) in CI as a user would (.ci/run).
+"""Static checks of the typed API: mypy (strict) and pyright read it in CI as a user would.
 
-Never executed: mypy reads it through the installed package, from outside the repo.
+Never executed: both read it through the installed package, from outside the repo (.ci/run).
 """
 
 from __future__ import annotations
