@@ -8,6 +8,13 @@ Control-flow signals (:class:`RunPaused`, :class:`RestoreSignal`, :class:`RunHan
 derive from ``BaseException`` like ``asyncio.CancelledError``, so a user's
 ``except Exception:`` never swallows them.
 
+This module imports nothing of the package: it is the bottom of the layers, below the shapes
+(``_types``), whose ``RunResult.unwrap`` raises :class:`RunFailedError`. So the shapes an
+error or a signal carries are typed ``Any`` here: ``RunFailedError.result`` and
+``RunPausedError.result`` are the ``RunResult`` that was unwrapped, ``RunPaused.interrupts``
+the ``Interrupt`` objects the run paused on, ``RestoreSignal.checkpoint`` the ``Checkpoint``
+to rewind to.
+
 Tree::
 
     AgencyError
@@ -55,10 +62,7 @@ Tree::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
-
-if TYPE_CHECKING:
-    from ._types import Checkpoint, Interrupt, RunResult
+from typing import Any, Literal
 
 __all__ = [
     "TRANSIENT_KINDS",
@@ -252,7 +256,7 @@ class EntryNotAllowedError(EntryImportError):
 class RunFailedError(AgencyError):
     """``RunResult.unwrap()`` was called on a run that failed or was cancelled."""
 
-    def __init__(self, result: RunResult) -> None:
+    def __init__(self, result: Any) -> None:
         self.result = result
         error = result.error
         what = f"{error.type}: {error.message}" if error is not None else result.status
@@ -262,7 +266,7 @@ class RunFailedError(AgencyError):
 class RunPausedError(AgencyError):
     """``RunResult.unwrap()`` was called on a run that is paused waiting for answers."""
 
-    def __init__(self, result: RunResult) -> None:
+    def __init__(self, result: Any) -> None:
         self.result = result
         count = len(result.interrupts)
         super().__init__(
@@ -430,7 +434,7 @@ class StructuredOutputError(AgencyError):
 class RunPaused(BaseException):
     """Signal: the run paused on interrupts; the run boundary turns it into a paused result."""
 
-    def __init__(self, interrupts: list[Interrupt]) -> None:
+    def __init__(self, interrupts: list[Any]) -> None:
         self.interrupts = interrupts
         ids = ", ".join(i.interrupt_id for i in interrupts)
         super().__init__(f"run paused on interrupt(s) {ids}")
@@ -458,7 +462,7 @@ class RestoreSignal(BaseException):
 
     def __init__(
         self,
-        checkpoint: Checkpoint,
+        checkpoint: Any,
         args: dict[str, Any] | list[Any] | tuple[Any, ...] | None = None,
         globals: dict[str, Any] | None = None,
     ) -> None:

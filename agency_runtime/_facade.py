@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from ._boundary._admin import RunsNamespace
 from ._boundary._queue import QueuesNamespace, enqueue
 from ._boundary._resume import respond_to_interrupts, resume
-from ._boundary._run import run, run_sync
+from ._boundary._run import run as _run
+from ._boundary._run import run_sync as _run_sync
 from ._boundary._runtime import RUNTIME
 from ._boundary._schedules import SchedulesNamespace
 from ._boundary._worker import Worker as _Worker
@@ -62,6 +63,8 @@ if TYPE_CHECKING:
     from ._llm._chat import OnMaxToolRounds
     from ._llm._tools import Tool
     from ._memory import MemoryNamespace
+    from ._store import Store
+    from ._types import RunResult
 
 __all__ = ["Agency", "agency"]
 
@@ -165,9 +168,6 @@ class Agency:
         self.runs = RunsNamespace()
         self.queues = QueuesNamespace()
         self.schedules = SchedulesNamespace()
-        if TYPE_CHECKING:  # agency.run and run_sync as they are, overloads and all
-            self.run = run
-            self.run_sync = run_sync
 
     @functools.cached_property
     def memory(self) -> MemoryNamespace:
@@ -177,9 +177,64 @@ class Agency:
 
         return MemoryNamespace()
 
-    if not TYPE_CHECKING:  # typed in __init__: staticmethod() keeps only one overload's type
-        run = staticmethod(run)
-        run_sync = staticmethod(run_sync)
+    if TYPE_CHECKING:  # agency.run's types: RunResult[T], T what the entry returns or awaits
+        # An entry returning an Awaitable[T] (an async def, or a def returning a coroutine or
+        # a future) gives T: the run awaits what the entry returns (call_in_frame) and checks
+        # the value against T (return_annotation reads T out of Awaitable[T]).
+
+        @overload
+        @staticmethod
+        async def run(
+            entry: Callable[..., Awaitable[T]],
+            *args: Any,
+            run_id: str | None = ...,
+            store: str | Store | None = ...,
+            model: str | _Model | None = ...,
+            **kwargs: Any,
+        ) -> RunResult[T]: ...
+
+        @overload
+        @staticmethod
+        async def run(
+            entry: Callable[..., T],
+            *args: Any,
+            run_id: str | None = ...,
+            store: str | Store | None = ...,
+            model: str | _Model | None = ...,
+            **kwargs: Any,
+        ) -> RunResult[T]: ...
+
+        @staticmethod
+        async def run(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult[Any]: ...
+
+        @overload
+        @staticmethod
+        def run_sync(
+            entry: Callable[..., Awaitable[T]],
+            *args: Any,
+            run_id: str | None = ...,
+            store: str | Store | None = ...,
+            model: str | _Model | None = ...,
+            **kwargs: Any,
+        ) -> RunResult[T]: ...
+
+        @overload
+        @staticmethod
+        def run_sync(
+            entry: Callable[..., T],
+            *args: Any,
+            run_id: str | None = ...,
+            store: str | Store | None = ...,
+            model: str | _Model | None = ...,
+            **kwargs: Any,
+        ) -> RunResult[T]: ...
+
+        @staticmethod
+        def run_sync(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult[Any]: ...
+
+    else:  # at run time the functions themselves: no wrapper on the call's path
+        run = staticmethod(_run)
+        run_sync = staticmethod(_run_sync)
     enqueue = staticmethod(enqueue)
     resume = staticmethod(resume)
     respond_to_interrupts = staticmethod(respond_to_interrupts)
