@@ -13,10 +13,10 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar
 
 import anyio
 from pydantic import ValidationError
@@ -160,29 +160,7 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
     return bind_store(result, store_of(record))
 
 
-# Typed by the entry's return annotation: an async entry's awaited value, else its value.
-@overload
-async def run(
-    entry: Callable[..., Coroutine[Any, Any, T]],
-    *args: Any,
-    run_id: str | None = None,
-    store: str | Store | None = None,
-    model: str | Model | None = None,
-    **kwargs: Any,
-) -> RunResult[T]: ...
-
-
-@overload
-async def run(
-    entry: Callable[..., T],
-    *args: Any,
-    run_id: str | None = None,
-    store: str | Store | None = None,
-    model: str | Model | None = None,
-    **kwargs: Any,
-) -> RunResult[T]: ...
-
-
+# Typed for users by the facade's overloads (``agency.run``): an awaitable's value, else the value.
 async def run(
     entry: Callable[..., Any],
     *args: Any,
@@ -769,16 +747,6 @@ async def _rewind(
     ctx.globals.clear()
     ctx.globals.update(restored)
     return args, kwargs
-
-
-@overload
-def run_sync(
-    entry: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any
-) -> RunResult[T]: ...
-
-
-@overload
-def run_sync(entry: Callable[..., T], *args: Any, **kwargs: Any) -> RunResult[T]: ...
 
 
 def run_sync(entry: Callable[..., Any], *args: Any, **kwargs: Any) -> RunResult[Any]:
