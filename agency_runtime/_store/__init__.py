@@ -3,10 +3,12 @@
 * :mod:`._protocols` — :class:`RunLog`, :class:`RunQueue`, :class:`EventLog`,
   :class:`ScheduleTable`, :class:`LockTable`, :class:`MemoryIndex`, :class:`DocumentStore`,
   :class:`AgentMemoryStore` (documents and the index) and :class:`Store` (all seven);
+* :mod:`._core` — every store operation, written once as a program over a dialect;
+* :mod:`._sqlite` (with its numbered migrations in :mod:`._migrations`) and :mod:`._postgres`
+  (with :mod:`._pg_schema`): a dialect and an executor each; :mod:`._memory`, SQLite in memory;
 * :mod:`._rows` — what a stored row means, shared by the SQL stores;
 * :mod:`._wakeups` — wake-ups for whoever waits on runs (workers, ``runs.wait``);
 * :mod:`._rules` — the semantics every backend shares (claims, query words, recall ranking);
-* :mod:`._sqlite` (with its numbered migrations in :mod:`._migrations`) and :mod:`._memory`;
 * :mod:`._url` — store URLs and the process's open stores.
 """
 
