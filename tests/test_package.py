@@ -31,10 +31,11 @@ HEAVY = (
     # what an event loop or a feature brings, not the import: asyncio (trio programs never
     # load it), TLS, sqlite3 and the like
     "asyncio", "ssl", "certifi", "sqlite3", "email.utils", "hashlib", "socket", "json",
-    # the package's own optional parts: the store backends, memory, the provider seam
+    # the package's own optional parts: the store backends, memory, the provider seam, the
+    # offline fake provider (loaded by the first fake/ model, or agency_runtime.testing)
     "agency_runtime._store._postgres", "agency_runtime._store._sqlite",
     "agency_runtime._store._memory", "agency_runtime._memory", "agency_runtime._llm._provider",
-    "agency_runtime._llm._litellm", "turn_kit.telegram",
+    "agency_runtime._llm._litellm", "agency_runtime._fakes", "turn_kit.telegram",
 )  # fmt: skip
 """Modules ``import agency_runtime, turn_kit`` must not load (issue 17: the import's cost)."""
 
