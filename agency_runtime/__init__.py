@@ -88,6 +88,7 @@ from ._store import (
 )
 from ._types import (
     Checkpoint,
+    DeferredModel,
     ErrorInfo,
     Interrupt,
     InterruptResponse,
@@ -163,6 +164,7 @@ __all__ = [
     "Clock",
     "ConversationMemory",
     "CostGuard",
+    "DeferredModel",
     "DocumentStore",
     "EmbedRequest",
     "EmbedResponse",

@@ -62,7 +62,7 @@ def agency_fake_model() -> Iterator[Callable[..., Any]]:
     Keyword options are :class:`~agency_runtime.testing.FakeModel`'s (``function=``,
     ``latency=``, ``fail_times=``, ``failure=``, prices, ``via_litellm=``).
     """
-    from ._llm._fake import FakeModel
+    from ._fakes import FakeModel
 
     made: list[Any] = []
 

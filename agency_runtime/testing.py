@@ -5,10 +5,11 @@ the ``agency_clock`` pytest fixture) gives new runs that clock, and stores take 
 ``clock=``: leases, guards, TTLs and stored times then follow it, so nothing sleeps.
 
 The fake provider itself is production code (it also powers ``AGENCY_MODEL=fake/echo`` and
-the demo) and lives in :mod:`agency_runtime._llm._fake`; this module re-exports its public
-names. Importing it never imports litellm, and neither does a ``fake/`` model call: the
-LLM layer routes ``fake/<name>`` to the fake provider at its seam. ``agency.llm`` with
-``model="fake/<name>"`` (or ``AGENCY_MODEL=fake/<name>``) is answered, with no network, by:
+the demo) and lives in its own package beside the providers, :mod:`agency_runtime._fakes`;
+this module re-exports its public names. Importing it never imports litellm, and neither
+does a ``fake/`` model call: the LLM layer routes ``fake/<name>`` to the fake provider at
+its seam. ``agency.llm`` with ``model="fake/<name>"`` (or ``AGENCY_MODEL=fake/<name>``) is
+answered, with no network, by:
 
 * ``fake/echo`` (built in): replies with the text of the last user message; when the request
   carries a JSON-schema response format (a pydantic class, or
@@ -55,7 +56,7 @@ model through litellm (its real code path), for tests of the litellm provider.
 from __future__ import annotations
 
 from ._clock import FakeClock
-from ._llm._fake import (
+from ._fakes import (
     FAKE_PROVIDER,
     FakeModel,
     FakeModelExhausted,

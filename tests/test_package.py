@@ -31,10 +31,11 @@ HEAVY = (
     # what an event loop or a feature brings, not the import: asyncio (trio programs never
     # load it), TLS, sqlite3 and the like
     "asyncio", "ssl", "certifi", "sqlite3", "email.utils", "hashlib", "socket", "json",
-    # the package's own optional parts: the store backends, memory, the provider seam
+    # the package's own optional parts: the store backends, memory, the provider seam, the
+    # offline fake provider (loaded by the first fake/ model, or agency_runtime.testing)
     "agency_runtime._store._postgres", "agency_runtime._store._sqlite",
     "agency_runtime._store._memory", "agency_runtime._memory", "agency_runtime._llm._provider",
-    "agency_runtime._llm._litellm", "turn_kit.telegram",
+    "agency_runtime._llm._litellm", "agency_runtime._fakes", "turn_kit.telegram",
 )  # fmt: skip
 """Modules ``import agency_runtime, turn_kit`` must not load (issue 17: the import's cost)."""
 
@@ -101,17 +102,28 @@ print([type(value).__name__ for value in made if not to_json(value)])
 
 def test_every_model_of_the_packages_derives_from_deferred_model() -> None:
     # Read from the source (importing every module would load litellm and the extras): a
-    # class of the packages derives from pydantic's BaseModel only through DeferredModel.
+    # class of the packages derives from pydantic's BaseModel only through DeferredModel,
+    # and DeferredModel is written once (turn_kit uses agency_runtime's, no copy).
     root = Path(__file__).parent.parent
-    direct = []
+    direct, bases = [], []
     for package in ("agency_runtime", "turn_kit"):
         for file in sorted((root / package).rglob("*.py")):
             for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
-                if not isinstance(node, ast.ClassDef) or node.name == "DeferredModel":
+                if not isinstance(node, ast.ClassDef):
                     continue
-                if any(ast.unparse(base).endswith("BaseModel") for base in node.bases):
+                if node.name == "DeferredModel":
+                    bases.append(str(file.relative_to(root)))
+                elif any(ast.unparse(base).endswith("BaseModel") for base in node.bases):
                     direct.append(f"{file.relative_to(root)}: {node.name}")
     assert direct == []
+    assert bases == ["agency_runtime/_types.py"]
+
+
+def test_turn_kits_models_derive_from_the_public_deferred_model() -> None:
+    from agency_runtime._types import DeferredModel
+
+    assert agency_runtime.DeferredModel is DeferredModel
+    assert issubclass(turn_kit.TurnHistoryEntry, agency_runtime.DeferredModel)
 
 
 def _documented_names() -> set[str]:

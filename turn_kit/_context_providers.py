@@ -17,12 +17,12 @@ from typing import Any, Literal
 import anyio
 from pydantic import ConfigDict, ValidationError
 
-from agency_runtime import InvalidArgumentError
+from agency_runtime import DeferredModel, InvalidArgumentError
 
 from ._ctx import log_event
 from ._history import TurnHistoryEntry
 from ._identity import TurnConversation, js_trim
-from ._util import DeferredModel, maybe_await
+from ._util import maybe_await
 
 __all__ = [
     "TurnContext",

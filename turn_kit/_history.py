@@ -24,12 +24,12 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, ValidationError, field_validator, model_validator
 
-from agency_runtime import InvalidArgumentError
+from agency_runtime import DeferredModel, InvalidArgumentError
 
 from ._ctx import log_event
 from ._errors import TurnKitError, TurnMemoryError
 from ._identity import js_trim
-from ._util import DeferredModel, maybe_await
+from ._util import maybe_await
 
 __all__ = [
     "RecallOrder",

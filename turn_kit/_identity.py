@@ -12,9 +12,7 @@ from urllib.parse import quote
 
 from pydantic import ConfigDict, ValidationError
 
-from agency_runtime import InvalidArgumentError
-
-from ._util import DeferredModel
+from agency_runtime import DeferredModel, InvalidArgumentError
 
 __all__ = [
     "TurnConversation",

@@ -30,13 +30,13 @@ from urllib.parse import unquote
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import from_json, to_json
 
-from agency_runtime import InvalidArgumentError, ResumableScope, Store, agency
+from agency_runtime import DeferredModel, InvalidArgumentError, ResumableScope, Store, agency
 
 from ._ctx import log_event
 from ._errors import UnconfirmedTurnDeliveryError
 from ._history import TurnMemoryOptions, memory_options, remember_assistant_message
 from ._identity import TurnConversation, as_conversation, conversation_tag, js_trim
-from ._util import DeferredModel, maybe_await
+from ._util import maybe_await
 
 if TYPE_CHECKING:
     from .telegram import TelegramTransport

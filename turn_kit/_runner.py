@@ -54,6 +54,7 @@ from pydantic import ConfigDict, SerializerFunctionWrapHandler, model_serializer
 from pydantic_core import from_json, to_json
 
 from agency_runtime import (
+    DeferredModel,
     InvalidArgumentError,
     Model,
     ResumableScope,
@@ -78,7 +79,7 @@ from ._history import (
     remember_turn,
 )
 from ._identity import TurnConversation, as_conversation, conversation_tag, js_encode, js_trim
-from ._util import DeferredModel, maybe_await
+from ._util import maybe_await
 from ._version import TURN_KIT_VERSION
 
 __all__ = [

@@ -46,12 +46,10 @@ from pydantic import (
     model_validator,
 )
 
-from agency_runtime import InvalidArgumentError
+from agency_runtime import DeferredModel, InvalidArgumentError
 from turn_kit._context_providers import ContextCategory, ContextImportance, TurnContext
 from turn_kit._errors import TurnKitError
 from turn_kit._identity import TurnConversation, conversation_tag, js_trim
-
-from ._util import DeferredModel
 
 __all__ = [
     "MAX_ENRICHMENT_BLOCKS",

@@ -2,10 +2,10 @@
 
 ``_provider``  the seam: ``ChatProvider`` (complete, stream, embed, supports_schema), the
                request/response shapes and ``ProviderError`` (transient or not)
-``_registry``  model string → provider by prefix: ``fake/`` → ``_fake``, else litellm
+``_registry``  model string → provider by prefix: ``fake/`` → the offline fake provider
+               (``agency_runtime._fakes``, beside this package, imported on first use),
+               else litellm
 ``_litellm``   the default provider; litellm imported lazily, in a worker thread
-``_fake``      the offline fake provider (``fake/echo``, ``FakeModel``), no litellm
-``_fake_litellm``  the same fake models as a litellm custom provider, once litellm loads
 ``_chat``      ``agency.llm``: the call (``begin``/``ask``), journaled, guards
 ``_call``      one call's state (``_Call``) and its ``on_token`` callback
 ``_toolloop``  the conversation: rounds, tool calls, structured-output feedback

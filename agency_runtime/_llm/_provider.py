@@ -4,7 +4,8 @@
 build a :class:`ChatRequest` or an :class:`EmbedRequest` and hand it to the
 :class:`ChatProvider` that the registry (:mod:`._registry`) picks for the model string.
 litellm is the default provider (:class:`~._litellm.LiteLLMProvider`); ``fake/...`` models
-are answered in-process by :class:`~._fake.FakeProvider`, without importing litellm.
+are answered in-process by the fake provider (:mod:`agency_runtime._fakes`, a package above
+this layer that answers through this seam), without importing litellm.
 
 A provider answers with :class:`ChatResponse` (text, :class:`Usage`, cost in US dollars or
 ``None`` when unknown), streams :class:`TextDelta` events then one :class:`StreamEnd`, and

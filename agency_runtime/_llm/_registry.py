@@ -1,8 +1,9 @@
 """Which provider answers a model: routing by the model string's prefix.
 
 The provider model string routes (an ``agency.Model``'s ``model``, not its name):
-``fake/...`` goes to the offline fake provider (:mod:`._fake`, imported on first use);
-a prefix registered with :func:`register_provider` to its provider; everything else to
+a prefix registered with :func:`register_provider` to its provider; ``fake/...`` to the
+offline fake provider, a package beside this one (:mod:`agency_runtime._fakes`) that this
+layer names but never imports until a ``fake/`` model is first asked for; everything else to
 litellm (:mod:`._litellm`), the default, which imports litellm only when it is first asked.
 Routing itself never imports a provider library. The process's routing table is one
 :class:`ProviderRegistry`, :data:`PROVIDERS`, which the composition root refers to.
@@ -29,8 +30,12 @@ __all__ = [
     "unregister_provider",
 ]
 
-_BUILT_IN: dict[str, tuple[str, str]] = {"fake": ("agency_runtime._llm._fake", "PROVIDER")}
-"""Prefixes served by a provider of this package: (module, attribute), imported on first use."""
+_BUILT_IN: dict[str, tuple[str, str]] = {"fake": ("agency_runtime._fakes", "PROVIDER")}
+"""Prefixes served by a provider of this package: (module, attribute), imported on first use.
+
+The module is named, not imported: the LLM layer never imports the fake provider
+(import-linter holds ``_llm`` below ``_fakes``), and a process that never asks for a
+``fake/`` model never loads it."""
 
 
 class ProviderRegistry:

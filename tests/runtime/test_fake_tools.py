@@ -23,9 +23,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agency_runtime import testing
-from agency_runtime._llm import _fake, _litellm
-from agency_runtime._llm._fake import PROVIDER
+from agency_runtime import _fakes, testing
+from agency_runtime._fakes import PROVIDER, _models
+from agency_runtime._llm import _litellm
 from agency_runtime._llm._litellm import LITELLM_PROVIDER, load_litellm
 from agency_runtime._llm._provider import (
     ChatRequest,
@@ -139,8 +139,8 @@ def test_list_replies_must_be_tool_calls() -> None:
 
 
 def test_testing_reexports_the_new_names() -> None:
-    assert testing.FakeToolCall is _fake.FakeToolCall
-    assert testing.FakeStream is _fake.FakeStream
+    assert testing.FakeToolCall is _fakes.FakeToolCall
+    assert testing.FakeStream is _fakes.FakeStream
     assert {"FakeToolCall", "FakeStream"} <= set(testing.__all__)
 
 
@@ -208,7 +208,7 @@ async def test_a_request_without_tools_records_none() -> None:
 async def test_echo_answers_text_even_when_offered_tools() -> None:
     response = await PROVIDER.complete(chat("fake/echo", tools=(WEATHER,)))
     assert (response.text, response.tool_calls) == ("weather in Paris?", ())
-    assert _fake._builtins["echo"].calls[-1].tools == [WEATHER.to_openai()]
+    assert _models._builtins["echo"].calls[-1].tools == [WEATHER.to_openai()]
     *_, end = await collect(PROVIDER.stream(chat("fake/echo", tools=(WEATHER,))))
     assert isinstance(end, StreamEnd)
     assert (end.text, end.tool_calls) == ("weather in Paris?", ())

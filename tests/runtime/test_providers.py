@@ -35,10 +35,10 @@ from agency_runtime import (
     agency,
     approve,
 )
+from agency_runtime._fakes import PROVIDER as FAKE
+from agency_runtime._fakes import fake_embedding
 from agency_runtime._llm import _registry
 from agency_runtime._llm._embed import embed
-from agency_runtime._llm._fake import PROVIDER as FAKE
-from agency_runtime._llm._fake import fake_embedding
 from agency_runtime._llm._litellm import LITELLM_PROVIDER, litellm_error, load_litellm
 from agency_runtime._llm._provider import (
     ChatProvider,

@@ -25,9 +25,8 @@ import anyio.lowlevel
 import pytest
 from pydantic import BaseModel, Field
 
-from agency_runtime import testing
-from agency_runtime._llm import _fake, _fake_litellm
-from agency_runtime._llm._fake import PROVIDER, fake_embedding
+from agency_runtime import _fakes, testing
+from agency_runtime._fakes import PROVIDER, _litellm_handler, _models, fake_embedding
 from agency_runtime._llm._litellm import load_litellm
 from agency_runtime._llm._provider import (
     ChatRequest,
@@ -109,7 +108,7 @@ async def test_provider_installed_once_without_clobbering() -> None:
     fakes = [e for e in litellm.custom_provider_map if e["provider"] == FAKE_PROVIDER]
     assert len(fakes) == 1
     before = list(litellm.custom_provider_map)
-    _fake_litellm.install(litellm)  # idempotent: a second run changes nothing
+    _litellm_handler.install(litellm)  # idempotent: a second run changes nothing
     assert litellm.custom_provider_map == before
 
 
@@ -411,8 +410,8 @@ class _Latency:
 async def test_latency_delays_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     litellm = await llm()
     latency = _Latency()
-    monkeypatch.setattr(_fake, "time", latency.sync())
-    monkeypatch.setattr(_fake, "anyio", latency.async_())
+    monkeypatch.setattr(_models, "time", latency.sync())
+    monkeypatch.setattr(_models, "anyio", latency.async_())
     answered: list[str] = []
 
     def reply(request: FakeRequest) -> str:
@@ -512,9 +511,9 @@ async def test_register_replaces_and_reset_clears() -> None:
     assert text_of(response) == "hello there"  # the built-in is back
     with pytest.raises(litellm.NotFoundError):
         await litellm.acompletion(model="fake/same", messages=USER, timeout=5)
-    assert _fake._builtins["echo"].calls  # built-ins record calls too
+    assert _models._builtins["echo"].calls  # built-ins record calls too
     reset()
-    assert not _fake._builtins["echo"].calls
+    assert not _models._builtins["echo"].calls
 
 
 @LITELLM_ONLY
@@ -547,9 +546,9 @@ def test_constructor_validates() -> None:
 
 
 def test_testing_re_exports_the_fake_provider() -> None:
-    assert testing.FakeModel is _fake.FakeModel
-    assert testing.FakeRequest is _fake.FakeRequest
-    assert testing.FakeModelExhausted is _fake.FakeModelExhausted
+    assert testing.FakeModel is _fakes.FakeModel
+    assert testing.FakeRequest is _fakes.FakeRequest
+    assert testing.FakeModelExhausted is _fakes.FakeModelExhausted
     assert testing.FAKE_PROVIDER == "fake"
 
 
@@ -578,7 +577,7 @@ async def test_seam_schema_arrives_as_a_json_schema_format_and_echo_fills_it() -
     response = await PROVIDER.complete(chat("fake/echo", response_format=Person))
     person = Person.model_validate_json(response.text)
     assert person.color is Color.RED
-    request = _fake._builtins["echo"].calls[-1]
+    request = _models._builtins["echo"].calls[-1]
     assert isinstance(request.response_format, dict)
     assert request.response_format["json_schema"]["name"] == "Person"
     assert await PROVIDER.supports_schema("fake/anything")
@@ -679,8 +678,8 @@ async def test_seam_embeddings_are_deterministic_bags_of_words() -> None:
     assert fake.calls == []  # embeddings are not chat calls
     vectors = response.vectors
     assert vectors == [fake_embedding(t) for t in texts]
-    assert all(len(v) == _fake.EMBEDDING_DIMENSIONS for v in vectors)
-    assert vectors[3] == [0.0] * _fake.EMBEDDING_DIMENSIONS
+    assert all(len(v) == _fakes.EMBEDDING_DIMENSIONS for v in vectors)
+    assert vectors[3] == [0.0] * _fakes.EMBEDDING_DIMENSIONS
 
     def cosine(a: list[float], b: list[float]) -> float:
         return sum(x * y for x, y in zip(a, b, strict=True))

@@ -59,6 +59,7 @@ import anyio
 from pydantic import ConfigDict
 
 from agency_runtime import (
+    DeferredModel,
     InvalidArgumentError,
     Model,
     ResumableScope,
@@ -73,7 +74,7 @@ from .._errors import TurnKitError
 from .._history import TurnMemoryOptions
 from .._identity import conversation_key, js_trim
 from .._runner import TurnArgs, TurnResult, create_turn_runner
-from .._util import DeferredModel, field, maybe_await
+from .._util import field, maybe_await
 from ._parse import (
     TelegramMessage,
     bare_telegram_chat_id,

@@ -16,10 +16,9 @@ from typing import Literal
 
 from pydantic import ConfigDict
 
-from agency_runtime import InvalidArgumentError
+from agency_runtime import DeferredModel, InvalidArgumentError
 
 from .._identity import _JS_WHITESPACE, js_trim
-from .._util import DeferredModel
 
 __all__ = [
     "TelegramKind",

@@ -34,10 +34,10 @@ import anyio
 import httpx
 from pydantic import ConfigDict, Field
 
-from agency_runtime import InvalidArgumentError
+from agency_runtime import DeferredModel, InvalidArgumentError
 
 from .._errors import TurnKitError
-from .._util import DeferredModel, field, maybe_await
+from .._util import field, maybe_await
 from ._parse import bare_telegram_chat_id, chunk_telegram_text
 from ._redact import install_token_redaction, scrub_exception, scrub_text
 

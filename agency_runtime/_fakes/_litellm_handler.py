@@ -1,22 +1,23 @@
 """The fake models inside litellm: ``fake`` as a litellm custom provider.
 
-:mod:`._fake` adds a litellm load hook that calls :func:`install` the moment anything loads
-litellm (at once if it is loaded already). From then on ``litellm.acompletion(model=
-"fake/<name>", ...)``, ``litellm.completion``, streaming and ``litellm.aembedding`` are
-answered by the same fake models as at the seam, priced with ``litellm.register_model`` (so
-``response._hidden_params["response_cost"]`` and ``litellm.completion_cost`` give the same
-numbers), with litellm's own exceptions for failures. This is what
-``FakeModel(..., via_litellm=True)`` and tests of litellm's real code path use.
+The package (:mod:`agency_runtime._fakes`) adds a litellm load hook that calls
+:func:`install` the moment anything loads litellm (at once if it is loaded already). From
+then on ``litellm.acompletion(model="fake/<name>", ...)``, ``litellm.completion``, streaming
+and ``litellm.aembedding`` are answered by the same fake models as at the seam, priced with
+``litellm.register_model`` (so ``response._hidden_params["response_cost"]`` and
+``litellm.completion_cost`` give the same numbers), with litellm's own exceptions for
+failures. This is what ``FakeModel(..., via_litellm=True)`` and tests of litellm's real code
+path use.
 
 litellm wraps any exception a provider raises that is not a litellm exception into
 ``litellm.APIConnectionError`` (the original is its ``__context__``). A
-:class:`~._fake.FakeModelExhausted` is raised as a ``litellm.BadRequestError`` that is also
+:class:`~._models.FakeModelExhausted` is raised as a ``litellm.BadRequestError`` that is also
 a ``FakeModelExhausted``, so it reaches the caller unwrapped and is never mistaken for a
 transient error.
 
 A tool-call reply answers a ``ModelResponse`` whose ``choices[0].message.tool_calls`` hold
 the calls (``finish_reason="tool_calls"``, ``content=None``). Streaming yields litellm
-``GenericStreamingChunk`` dicts: one per text piece (a :class:`~._fake.FakeStream`'s
+``GenericStreamingChunk`` dicts: one per text piece (a :class:`~._replies.FakeStream`'s
 chunks, ``delay`` seconds apart), then one per tool call (its ``tool_use``), the last one
 finished and carrying the usage; litellm turns them into ``delta.content`` and
 ``delta.tool_calls`` chunks.
@@ -33,21 +34,20 @@ from typing import Any
 
 import anyio
 
-from ._fake import (
+from .._llm._litellm import litellm_module
+from ._models import (
     FAKE_PROVIDER,
-    FakeAnswer,
     FakeModel,
     FakeModelExhausted,
-    FakeRequest,
-    _failure_message,
-    _lookup,
-    _name_of,
-    chat_usage,
-    embed_usage,
+    failure_message,
+    lookup,
     models,
+    name_of,
     not_found_message,
+    on_register,
 )
-from ._litellm import litellm_module
+from ._replies import FakeAnswer, FakeRequest
+from ._usage import chat_usage, embed_usage
 
 __all__ = ["install", "installed", "register_price"]
 
@@ -107,7 +107,7 @@ class _LiteLLMErrors:
             "bad_request": litellm.BadRequestError,
         }
         error: BaseException = classes[model.failure](
-            message=_failure_message(model, index), model=model.model, llm_provider=FAKE_PROVIDER
+            message=failure_message(model, index), model=model.model, llm_provider=FAKE_PROVIDER
         )
         return error
 
@@ -169,8 +169,8 @@ def _request(
 
 
 def _find(model: str) -> FakeModel:
-    name = _name_of(model)
-    found = _lookup(name)
+    name = name_of(model)
+    found = lookup(name)
     if found is None:
         raise _litellm().NotFoundError(
             message=not_found_message(name),
@@ -302,7 +302,7 @@ def _make_handler(litellm: ModuleType) -> Any:
 
 def _chunks(request: FakeRequest, answer: FakeAnswer) -> list[dict[str, Any]]:
     """The answer as litellm ``GenericStreamingChunk`` dicts: its text pieces (a plain text
-    is one piece; a :class:`~._fake.FakeStream` its chunks), then one chunk per tool call;
+    is one piece; a :class:`~._replies.FakeStream` its chunks), then one chunk per tool call;
     the last one is finished and carries the usage."""
     pieces = answer.chunks if answer.chunks is not None else (answer.text,)
     chunks: list[dict[str, Any]] = [{"text": piece, "tool_use": None} for piece in pieces if piece]
@@ -321,7 +321,8 @@ def _chunks(request: FakeRequest, answer: FakeAnswer) -> list[dict[str, Any]]:
 
 
 def install(module: ModuleType) -> None:
-    """The load hook: install the ``fake`` provider and price every known fake model.
+    """The load hook: install the ``fake`` provider and price every fake model, known now
+    or registered later.
 
     Idempotent; warns if ``litellm.custom_provider_map`` already has a ``fake`` provider.
     """
@@ -343,6 +344,8 @@ def install(module: ModuleType) -> None:
             )
         provider_map.append({"provider": FAKE_PROVIDER, "custom_handler": handler})
         litellm.utils.custom_llm_setup()
+        # Subscribe before listing: a model registered in between is priced twice, never not.
+        on_register(lambda model: register_price(litellm, model))
         known = models()
         _installed = True
     for model in known:
