@@ -415,10 +415,14 @@ class SqliteStore(StoreCore):
 
 def _execute(conn: sqlite3.Connection, sql: Sql) -> Result:
     """One statement of a program on ``conn``."""
-    params: Mapping[str, Any] = sql.params if sql.params is not None else {}
     before = conn.total_changes
-    cursor = conn.execute(_sqlite_sql(sql.query), params)
-    rows = cursor.fetchall() if cursor.description is not None else []
-    # The rows it changed, counted by SQLite itself: ``cursor.rowcount`` is -1 for a
-    # statement that starts with WITH, as the core's guarded inserts do.
+    cursor = conn.execute(_sqlite_sql(sql.query), sql.params or _NO_PARAMS)
+    if cursor.description is None:
+        # The rows it changed, counted by SQLite itself: ``cursor.rowcount`` is -1 for a
+        # statement that starts with WITH, as the core's guarded inserts do.
+        return Result([], conn.total_changes - before)
+    rows = cursor.fetchall()
     return Result(rows, conn.total_changes - before)
+
+
+_NO_PARAMS: Mapping[str, Any] = {}

@@ -111,3 +111,11 @@ async def test_a_recall_with_no_match_returns_the_newest(store: Store) -> None:
         namespace="alpha", query="zzz", tags=["t"], scope=None, limit=2, now=NOW
     )
     assert [item.id for item in found] == ["a7", "a6"]
+
+
+def test_a_journal_entrys_fields_are_the_step_columns() -> None:
+    """The core commits a step from the entry's fields by name (``JournalEntry.__dict__``)."""
+    from agency_runtime._store._rows import STEP_COLUMNS
+    from agency_runtime._types import JournalEntry
+
+    assert set(JournalEntry.model_fields) == set(STEP_COLUMNS)

@@ -51,8 +51,9 @@ class JournalCore(CoreBase):
         )
 
     async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
-        params = {column: getattr(entry, column) for column in STEP_COLUMNS}
-        params.update(run=entry.run_id, owner=owner)
+        # The entry's fields are the step's columns (a test holds them equal): its __dict__,
+        # not a getattr per column, on every step.
+        params = {**entry.__dict__, "run": entry.run_id, "owner": owner}
         query = self._commit_step_sql
         what = f"commit step {entry.path!r} of run {entry.run_id!r}"
         return await self._run(what, lambda: changed_one(query, params), check="throttled")
