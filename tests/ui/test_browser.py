@@ -50,6 +50,7 @@ def browser_ready() -> None:
 @pytest.mark.usefixtures("browser_ready")
 @pytest.mark.parametrize("javascript", [True, False], ids=["js", "no-js"])
 def test_approve_a_paused_run_in_the_browser(tmp_path: Path, javascript: bool) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -62,7 +63,9 @@ def test_approve_a_paused_run_in_the_browser(tmp_path: Path, javascript: bool) -
             served(store) as base,
             chromium(tmp_path / "profile", javascript=javascript) as driver,
         ):
-            wait = WebDriverWait(driver, 30)
+            # The page's script re-renders the run as it changes: an element found a moment
+            # ago may be gone when it is read, so the waits look again instead of failing.
+            wait = WebDriverWait(driver, 30, ignored_exceptions=(StaleElementReferenceException,))
             driver.get(f"{base}/runs")
             assert "agency" in driver.title
             scripted = "js" in (
