@@ -358,11 +358,7 @@ class SqliteStore(StoreCore):
         """Run the program ``work()`` inline, under the store's lock (``tx``: in one
         ``BEGIN IMMEDIATE`` transaction, rolled back when it raises)."""
         with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise StoreError(f"the SQLite store {self._path!r} is closed")
-            if check is not None:
-                self._check_file(throttled=check == "throttled")
+            conn = self._usable(check)
             try:
                 if not tx:
                     return drive(work(), functools.partial(_execute, conn))
@@ -374,6 +370,25 @@ class SqliteStore(StoreCore):
                     raise
                 conn.execute("COMMIT")
                 return value
+            except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
+                raise self._mapped(what, exc) from exc
+
+    def _usable(self, check: Check) -> sqlite3.Connection:
+        """The connection, under the lock: refused when the store is closed, or (``check``)
+        when its file was deleted or replaced."""
+        conn = self._conn
+        if conn is None:
+            raise StoreError(f"the SQLite store {self._path!r} is closed")
+        if check is not None:
+            self._check_file(throttled=check == "throttled")
+        return conn
+
+    async def _one(self, what: str, sql: Sql, *, check: Check = None) -> Result:
+        """:meth:`_run` of one statement, without a program around it (every step's commit)."""
+        with self._lock:
+            conn = self._usable(check)
+            try:
+                return _execute(conn, sql)
             except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
                 raise self._mapped(what, exc) from exc
 

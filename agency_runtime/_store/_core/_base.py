@@ -20,7 +20,7 @@ from ..._types import RunRecord
 from .._rows import record_from, run_from, run_values
 from .._wakeups import Wakeups
 from ._dialect import Dialect
-from ._program import Op, Sql
+from ._program import Op, Result, Sql
 
 __all__ = [
     "COLS",
@@ -90,6 +90,15 @@ class CoreBase(ABC):
     ) -> T:
         """Run the program ``work()`` (``tx``: in one transaction; ``several``: it always
         sends more than one statement), its errors mapped to the store's naming ``what``."""
+
+    async def _one(self, what: str, sql: Sql, *, check: Check = None) -> Result:
+        """Run the one statement ``sql`` (a one-statement program; an executor may run it
+        more directly: a step's commit is one, on every step)."""
+
+        def work() -> Op[Result]:
+            return (yield sql)
+
+        return await self._run(what, work, check=check)
 
     # -- time -----------------------------------------------------------------------------
 

@@ -54,9 +54,9 @@ class JournalCore(CoreBase):
         # The entry's fields are the step's columns (a test holds them equal): its __dict__,
         # not a getattr per column, on every step.
         params = {**entry.__dict__, "run": entry.run_id, "owner": owner}
-        query = self._commit_step_sql
         what = f"commit step {entry.path!r} of run {entry.run_id!r}"
-        return await self._run(what, lambda: changed_one(query, params), check="throttled")
+        done = await self._one(what, Sql(self._commit_step_sql, params), check="throttled")
+        return done.rowcount == 1
 
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
         if not answers:
