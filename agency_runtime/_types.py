@@ -123,6 +123,8 @@ class _Origin:
 
 
 _NOWHERE = _Origin()
+_PICO_PER_USD = 10**12
+"""Pico-dollars per US dollar (``_core._money.PICO_PER_USD``, a layer above this one)."""
 _T = TypeVar("_T")
 _V = TypeVar("_V", default=Any)
 """What a run's entry returns: ``RunResult[int]`` for an entry annotated ``-> int``; a bare
@@ -442,6 +444,23 @@ class RunRecord(_FromStore):
     started_at: Time | None = None
     finished_at: Time | None = None
     updated_at: Time = Field(default_factory=time.time)
+    parent_id: str | None = Field(
+        default=None,
+        description="The run that started this one as a child run (None: a top-level run).",
+    )
+    root_id: str | None = Field(
+        default=None,
+        description="The top-level run of this run's tree (None for a top-level run itself).",
+    )
+    depth: int = Field(
+        default=0, ge=0, description="0 for a top-level run; a child's is its parent's + 1."
+    )
+    descendants_pico: int = Field(
+        default=0,
+        ge=0,
+        description="The part of cost_pico that the run's descendants (its child runs and "
+        "theirs) spent, in pico-dollars.",
+    )
     damaged: str | None = Field(
         default=None,
         description="None for a readable row; for a row a list could not read (status "
@@ -453,10 +472,28 @@ class RunRecord(_FromStore):
         """Whether the run can no longer change (completed or cancelled)."""
         return self.status in FINAL_STATUSES
 
+    @property
+    def cost(self) -> float:
+        """The run's spend in US dollars, its descendants' included (``cost_pico``), as
+        :attr:`RunResult.cost` says it."""
+        return self.cost_pico / _PICO_PER_USD
+
+    @property
+    def own_cost_pico(self) -> int:
+        """The spend the run made itself, in pico-dollars: ``cost_pico`` without what its
+        descendants spent (``descendants_pico``)."""
+        return self.cost_pico - self.descendants_pico
+
+    @property
+    def own_cost(self) -> float:
+        """The spend the run made itself in US dollars (:attr:`own_cost_pico`)."""
+        return self.own_cost_pico / _PICO_PER_USD
+
     def fork_as(self, new_run_id: str, *, cost_pico: int = 0, tokens: int = 0) -> RunRecord:
         """A copy of this run under ``new_run_id``: paused, unclaimed, with no outcome yet.
 
-        ``cost_pico`` and ``tokens``: the spend of the journal prefix the fork keeps.
+        ``cost_pico`` and ``tokens``: the spend of the journal prefix the fork keeps. A fork
+        is a new top-level run: no parent, no root, depth 0, no descendants' spend.
         """
         now = time.time()
         return self.model_copy(
@@ -480,6 +517,10 @@ class RunRecord(_FromStore):
                 "started_at": None,
                 "finished_at": None,
                 "updated_at": now,
+                "parent_id": None,
+                "root_id": None,
+                "depth": 0,
+                "descendants_pico": 0,
             },
             deep=True,
         )

@@ -17,7 +17,7 @@ from .._errors import StoreSchemaError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
 
 _SCHEMA_1 = """
@@ -211,12 +211,26 @@ DROP TABLE steps;
 ALTER TABLE steps_5 RENAME TO steps
 """
 
+# Version 6: child runs. A run started by another run (a nested agency.run) names its
+# parent and the top-level run of its tree, and its depth in the tree; a run's cost_pico keeps
+# its descendants' spend, and descendants_pico says how much of it that is. Existing runs are
+# top-level runs (NULL, NULL, 0, 0). Children are listed by parent, newest first.
+_SCHEMA_6 = """
+ALTER TABLE runs ADD COLUMN parent_id TEXT;
+ALTER TABLE runs ADD COLUMN root_id TEXT;
+ALTER TABLE runs ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN descendants_pico INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id, created_at)
+    WHERE parent_id IS NOT NULL
+"""
+
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _SCHEMA_1),
     (2, _SCHEMA_2),
     (3, _SCHEMA_3),
     (4, _SCHEMA_4),
     (5, _SCHEMA_5),
+    (6, _SCHEMA_6),
 )
 """Numbered migrations: a file at ``user_version`` N runs every script numbered above N."""
 

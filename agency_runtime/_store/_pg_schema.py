@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "channel", "check_schema_name", "migrate", "quoted"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema this version writes; a schema with a higher recorded version is refused."""
 
 _LOCK_CLASS = 0x6167_656E  # "agen": the advisory-lock class of agency-runtime's migrations
@@ -171,7 +171,21 @@ CREATE TABLE {s}.schedules (
 CREATE INDEX schedules_due ON {s}.schedules (queue, next_at)
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2))
+# Version 3: child runs (SQLite's version 6). A run started by another run (a nested
+# agency.run) names its parent and the top-level run of its tree, and its depth in the tree; a
+# run's cost_pico keeps its descendants' spend, and descendants_pico says how much of it that
+# is. Existing runs are top-level runs (NULL, NULL, 0, 0). Children are listed by parent,
+# newest first.
+_SCHEMA_3 = """
+ALTER TABLE {s}.runs ADD COLUMN parent_id TEXT;
+ALTER TABLE {s}.runs ADD COLUMN root_id TEXT;
+ALTER TABLE {s}.runs ADD COLUMN depth BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE {s}.runs ADD COLUMN descendants_pico BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX runs_by_parent ON {s}.runs (parent_id, created_at DESC, seq DESC)
+    WHERE parent_id IS NOT NULL
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2), (3, _SCHEMA_3))
 """Numbered migrations: a schema at version N runs every script numbered above N."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,49}")

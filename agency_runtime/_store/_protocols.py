@@ -102,11 +102,13 @@ class RunLog(Protocol):
         so an event sent while it parked is never missed. Every stored outcome wakes
         whoever waits on runs (:meth:`RunQueue.wait_for_runs`).
 
-        ``unjournaled`` (pico-dollars, tokens) is added to the run's unjournaled spend: what
-        this attempt spent outside committed steps. ``forget`` names steps to delete (failures
-        recorded by this attempt that ended the run, so a retry runs them again); their spend
-        moves to the unjournaled spend. Writes only while ``owner`` holds the lease; returns
-        ``False`` (writing nothing) when the lease was lost to another claimant.
+        The spend stored is ``record``'s: ``cost_pico`` (its descendants' included),
+        ``descendants_pico`` and ``tokens``. ``unjournaled`` (pico-dollars, tokens) is added
+        to the run's unjournaled spend: what this attempt spent outside committed steps.
+        ``forget`` names steps to delete (failures recorded by this attempt that ended the
+        run, so a retry runs them again); their spend moves to the unjournaled spend. Writes
+        only while ``owner`` holds the lease; returns ``False`` (writing nothing) when the
+        lease was lost to another claimant.
         """
         ...
 
@@ -115,12 +117,18 @@ class RunLog(Protocol):
         ...
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        parent: str | None = None,
     ) -> list[RunRecord]:
         """Up to ``limit`` runs, newest first, after skipping ``offset`` of them.
 
-        Optionally only those with ``status``. The order is stable (creation time, then
-        insertion order, both descending), so pages do not overlap.
+        Optionally only those with ``status``, and only the direct children of run
+        ``parent`` (the runs whose ``parent_id`` it is). The order is stable (creation time,
+        then insertion order, both descending), so pages do not overlap.
         """
         ...
 

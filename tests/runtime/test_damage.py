@@ -60,6 +60,8 @@ async def two_runs(store: Store) -> None:
         ({"interrupts": '[{"effect": 3}]'}, "interrupts: 0.interrupt_id: Field required"),
         ({"created_at": math.inf}, "created_at: Input should be a finite number"),
         ({"finished_at": 1e308}, "finished_at: Input should be less than or equal to"),
+        ({"depth": -1}, "depth: Input should be greater than or equal to 0"),
+        ({"descendants_pico": -5}, "descendants_pico: Input should be greater than or equal"),
     ],
 )
 async def test_a_damaged_run_row_is_listed_damaged_and_the_others_read(

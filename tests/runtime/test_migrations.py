@@ -69,6 +69,45 @@ async def test_a_version_1_file_migrates_to_steps_own_spend(tmp_path: Path) -> N
     conn.close()
 
 
+def _file_at(path: Path, version: int) -> None:
+    """A file as ``version`` wrote it (its migrations run by hand), with a finished run."""
+    conn = sqlite3.connect(path)
+    for _number, script in MIGRATIONS[:version]:
+        for statement in script.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.execute(
+        "INSERT INTO runs (run_id, status, entry, arguments, cost_pico, tokens, created_at, "
+        "updated_at) VALUES ('old', 'completed', 'm:f', '{\"args\":[],\"kwargs\":{}}', ?, 9, "
+        "1, 1)",
+        (2 * PICO,),
+    )
+    conn.commit()
+    conn.close()
+
+
+async def test_a_version_5_file_migrates_its_runs_to_top_level_runs(tmp_path: Path) -> None:
+    path = tmp_path / "v5.db"
+    _file_at(path, 5)
+    store = SqliteStore(path)
+    try:
+        old = await agency.runs.get("old", store=store)
+        assert (old.parent_id, old.root_id, old.depth, old.descendants_pico) == (None, None, 0, 0)
+        assert old.own_cost_pico == old.cost_pico == 2 * PICO
+        assert await store.list_runs(parent="old") == []
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT run_id FROM runs WHERE parent_id = 'old' "
+        "ORDER BY created_at DESC, rowid DESC"
+    ).fetchall()
+    assert any("runs_by_parent" in str(row) for row in plan), plan  # by index, not a scan
+    conn.close()
+
+
 def test_migrations_are_numbered_one_by_one() -> None:
     assert [number for number, _ in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
 

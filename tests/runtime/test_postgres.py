@@ -37,6 +37,7 @@ from agency_runtime._clock import Clock
 from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
 from agency_runtime._store._core import Op, Sql
+from agency_runtime._store._pg_schema import MIGRATIONS as PG_MIGRATIONS
 from agency_runtime._store._pg_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from agency_runtime._store._postgres import PREPARE_THRESHOLD
 from agency_runtime._types import JournalEntry, RunRecord
@@ -455,6 +456,50 @@ async def test_concurrent_openers_migrate_once_and_a_newer_schema_is_refused(
             store.close()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+async def test_a_version_2_schema_migrates_its_runs_to_top_level_runs(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    schema = make_store().schema + "_v2"
+    quoted = f'"{schema}"'
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {quoted}")
+        conn.execute(f"CREATE TABLE {quoted}.schema_version (version INTEGER NOT NULL)")
+        for _number, script in PG_MIGRATIONS[:2]:
+            for statement in script.format(s=quoted).split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        conn.execute(f"INSERT INTO {quoted}.schema_version (version) VALUES (2)")
+        conn.execute(
+            f"INSERT INTO {quoted}.runs (run_id, status, entry, arguments, cost_pico, "
+            "created_at, updated_at) VALUES ('old', 'completed', 'm:f', '{}', 5, 1, 1)"
+        )
+    store = PostgresStore(dsn, schema=schema)
+    try:
+        old = await store.get_run("old")
+        assert old is not None
+        assert (old.parent_id, old.root_id, old.depth, old.descendants_pico) == (None, None, 0, 0)
+        assert old.own_cost_pico == 5
+        claim = await store.claim_run(
+            _run("kid", parent_id="old", root_id="old", depth=1), owner="a", lease_seconds=60
+        )
+        assert claim.created
+        assert [r.run_id for r in await store.list_runs(parent="old")] == ["kid"]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute(f"SELECT version FROM {quoted}.schema_version").fetchall()
+            assert rows == [(PG_SCHEMA_VERSION,)]
+            index = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = %s "
+                "AND indexname = 'runs_by_parent'",
+                (schema,),
+            ).fetchone()
+            assert index is not None
+            assert "parent_id" in index[0]
+    finally:
+        store.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {quoted} CASCADE")
 
 
 async def test_money_stays_exact_integers(make_store: Callable[..., PostgresStore]) -> None:

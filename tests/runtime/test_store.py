@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from agency_runtime import (
     ErrorInfo,
@@ -21,6 +22,7 @@ from agency_runtime import (
     StoreUnavailableError,
     open_store,
 )
+from agency_runtime._core._money import pico_to_usd
 from agency_runtime._store import SCHEMA_VERSION, resolve_store
 from agency_runtime._types import JournalEntry
 
@@ -273,6 +275,137 @@ async def test_list_runs_newest_first_with_a_status_filter(store: Store) -> None
     assert [r.run_id for r in await store.list_runs(status="completed")] == ["r2", "r0"]
     assert [r.run_id for r in await store.list_runs(limit=1)] == ["r2"]
     assert await store.get_run("nope") is None
+
+
+# -- child runs ----------------------------------------------------------------------------
+
+
+def child(run_id: str, parent: str, root: str, depth: int, **changes: object) -> RunRecord:
+    return record(run_id, parent_id=parent, root_id=root, depth=depth, **changes)
+
+
+def test_a_record_is_a_top_level_run_unless_told_and_its_own_cost_excludes_descendants() -> None:
+    top = record("t", cost_pico=3 * 10**12)
+    assert (top.parent_id, top.root_id, top.depth, top.descendants_pico) == (None, None, 0, 0)
+    assert (top.own_cost_pico, top.own_cost, top.cost) == (3 * 10**12, 3.0, 3.0)
+    kid = child("k", "t", "t", 1, cost_pico=5 * 10**11, descendants_pico=2 * 10**11)
+    assert kid.own_cost_pico == 3 * 10**11
+    assert kid.own_cost == pico_to_usd(kid.own_cost_pico) == 0.3
+    assert kid.cost == pico_to_usd(kid.cost_pico) == 0.5
+    for bad in ({"depth": -1}, {"descendants_pico": -1}):
+        with pytest.raises(ValidationError, match="greater than or equal to 0"):
+            record("bad", **bad)
+
+
+def test_a_fork_is_a_new_top_level_run() -> None:
+    kid = child("k", "p", "root", 2, cost_pico=10, descendants_pico=6)
+    forked = kid.fork_as("k2", cost_pico=4)
+    assert (forked.parent_id, forked.root_id, forked.depth) == (None, None, 0)
+    assert (forked.cost_pico, forked.descendants_pico, forked.own_cost_pico) == (4, 0, 4)
+    assert (kid.parent_id, kid.depth, kid.descendants_pico) == ("p", 2, 6)  # a copy
+
+
+async def _tree(store: Store) -> None:
+    """root ─ a ─ a1, root ─ b (queued), other ─ x; created in that order."""
+    runs = [
+        record("root", created_at=1000.0),
+        child("a", "root", "root", 1, created_at=1001.0),
+        child("a1", "a", "root", 2, created_at=1002.0),
+        record("other", created_at=1003.0),
+        child("x", "other", "other", 1, created_at=1004.0),
+    ]
+    for run in runs:
+        claim = await store.claim_run(run, owner="o", lease_seconds=30)
+        assert claim.created
+        await store.finish_run(claim.record.model_copy(update={"status": "completed"}), owner="o")
+    queued = await store.enqueue_run(
+        child("b", "root", "root", 1, status="queued", queue="q", created_at=1005.0)
+    )
+    assert queued.created
+
+
+async def test_a_child_run_keeps_its_parent_root_and_depth(store: Store) -> None:
+    await _tree(store)
+    a1 = await store.get_run("a1")
+    assert a1 is not None
+    assert (a1.parent_id, a1.root_id, a1.depth) == ("a", "root", 2)
+    b = await store.get_run("b")  # queued: stored by enqueue_run
+    assert b is not None
+    assert (b.status, b.parent_id, b.root_id, b.depth) == ("queued", "root", "root", 1)
+    top = await store.get_run("root")
+    assert top is not None
+    assert (top.parent_id, top.root_id, top.depth, top.descendants_pico) == (None, None, 0, 0)
+    claimed = await store.claim_queued(queues=["q"], owner="w", lease_seconds=30, limit=1)
+    assert [(r.run_id, r.parent_id, r.depth) for r in claimed] == [("b", "root", 1)]
+
+
+async def test_list_runs_of_a_parent_lists_its_direct_children_newest_first(
+    store: Store,
+) -> None:
+    await _tree(store)
+    assert [r.run_id for r in await store.list_runs(parent="root")] == ["b", "a"]
+    assert [r.run_id for r in await store.list_runs(parent="a")] == ["a1"]
+    assert [r.run_id for r in await store.list_runs(parent="a1")] == []
+    assert [r.run_id for r in await store.list_runs(parent="nope")] == []
+    assert [r.run_id for r in await store.list_runs(parent="root", limit=1)] == ["b"]
+    assert [r.run_id for r in await store.list_runs(parent="root", offset=1)] == ["a"]
+    assert [r.run_id for r in await store.list_runs(parent="root", limit=-1)] == ["b", "a"]
+    queued = await store.list_runs(parent="root", status="queued")
+    assert [r.run_id for r in queued] == ["b"]
+    assert await store.list_runs(parent="other", status="queued") == []
+    everything = [r.run_id for r in await store.list_runs()]  # parent=None: every run
+    assert everything == ["b", "x", "other", "a1", "a", "root"]
+
+
+async def test_children_created_at_one_time_list_in_insertion_order(store: Store) -> None:
+    await store.claim_run(record("p", created_at=1000.0), owner="o", lease_seconds=30)
+    for index in range(5):
+        await store.enqueue_run(
+            child(f"c{index}", "p", "p", 1, status="queued", queue="q", created_at=1001.0)
+        )
+    listed = [r.run_id for r in await store.list_runs(parent="p")]
+    assert listed == ["c4", "c3", "c2", "c1", "c0"]
+    pages = [await store.list_runs(parent="p", limit=2, offset=n) for n in (0, 2, 4)]
+    assert [r.run_id for page in pages for r in page] == listed
+
+
+async def test_an_outcome_stores_the_descendants_spend(store: Store) -> None:
+    claim = await store.claim_run(record("p"), owner="o", lease_seconds=30)
+    done = claim.record.model_copy(
+        update={"status": "completed", "cost_pico": 7_000, "descendants_pico": 5_000}
+    )
+    assert await store.finish_run(done, owner="o")
+    stored = await store.get_run("p")
+    assert stored is not None
+    spend = (stored.cost_pico, stored.descendants_pico, stored.own_cost_pico)
+    assert spend == (7_000, 5_000, 2_000)
+    assert stored.own_cost == 2e-9
+    assert stored.cost == 7e-9
+    # A takeover keeps what the run's tree spent (the claim changes only the lease).
+    again = await store.claim_run(record("p"), owner="o2", lease_seconds=30)
+    assert not again.acquired  # completed: final
+    assert again.record.descendants_pico == 5_000
+
+
+async def test_a_fork_of_a_child_run_is_a_top_level_run(store: Store) -> None:
+    claim = await store.claim_run(
+        child("kid", "p", "root", 3, descendants_pico=4), owner="o", lease_seconds=30
+    )
+    assert claim.record.depth == 3
+    await store.commit_step(
+        JournalEntry(run_id="kid", seq=1, path="s/0", name="s", result="1", cost_pico=9),
+        owner="o",
+    )
+    await store.finish_run(
+        claim.record.model_copy(update={"status": "completed", "cost_pico": 13}), owner="o"
+    )
+    forked = await store.fork_run("kid", "kid-fork", 1)
+    stored = await store.get_run("kid-fork")
+    assert stored is not None
+    for run in (forked, stored):
+        assert (run.parent_id, run.root_id, run.depth, run.descendants_pico) == (None, None, 0, 0)
+        assert run.cost_pico == 9
+    assert [r.run_id for r in await store.list_runs(parent="p")] == ["kid"]
 
 
 async def test_errors_and_interrupts_round_trip(store: Store) -> None:

@@ -41,7 +41,8 @@ COLUMNS = (
     "run_id", "status", "entry", "arguments", "model", "overrides", "value", "error",
     "interrupts", "cost_pico", "tokens", "unjournaled_pico", "unjournaled_tokens", "attempts",
     "version", "queue", "priority", "lease_owner", "lease_expires_at", "created_at",
-    "started_at", "finished_at", "updated_at", "wake_at", "waiting_for",
+    "started_at", "finished_at", "updated_at", "wake_at", "waiting_for", "parent_id", "root_id",
+    "depth", "descendants_pico",
 )  # fmt: skip
 """A run row's columns, in the order the core selects them."""
 COLS = ", ".join(COLUMNS)

@@ -93,7 +93,8 @@ class RunsCore(CoreBase):
             "run": record.run_id, "owner": owner, "status": record.status,
             "value": record.value, "error": error_json(record.error),
             "interrupts": interrupts_json(record.interrupts), "cost": record.cost_pico,
-            "tokens": record.tokens, "finished": record.finished_at,
+            "descendants": record.descendants_pico, "tokens": record.tokens,
+            "finished": record.finished_at,
             "now": self._now_param(), "forget": d.array(list(forget)),
             "wake_at": record.wake_at, "waiting_for": waiting_json(record.waiting_for),
             "names": d.array(list(record.waiting_for)),
@@ -103,7 +104,8 @@ class RunsCore(CoreBase):
         finish = d.notifying(
             f"UPDATE {t}runs SET status = %(status)s, value = %(value)s, "
             "error = %(error)s, interrupts = %(interrupts)s, cost_pico = %(cost)s, "
-            "tokens = %(tokens)s, unjournaled_pico = unjournaled_pico + %(upico)s, "
+            "descendants_pico = %(descendants)s, tokens = %(tokens)s, "
+            "unjournaled_pico = unjournaled_pico + %(upico)s, "
             "unjournaled_tokens = unjournaled_tokens + %(utokens)s, "
             f"finished_at = %(finished)s, updated_at = {d.now}, version = version + 1, "
             "queue = CASE WHEN %(status)s = 'queued' THEN COALESCE(queue, 'default') "
@@ -161,15 +163,26 @@ class RunsCore(CoreBase):
         return await self._run(f"read run {run_id!r}", lambda: self._fetch(run_id))
 
     async def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        parent: str | None = None,
     ) -> list[RunRecord]:
         d = self._d
-        where = "" if status is None else "WHERE status = %(status)s "
+        conditions = []
+        if status is not None:
+            conditions.append("status = %(status)s")
+        if parent is not None:
+            conditions.append("parent_id = %(parent)s")
+        where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
         query = (
             f"SELECT {COLS} FROM {d.t}runs {where}ORDER BY created_at DESC, {d.seq} DESC "
             "LIMIT %(limit)s OFFSET %(offset)s"
         )
-        params = {"status": status, "limit": d.no_limit if limit < 0 else limit,
+        params = {"status": status, "parent": parent,
+                  "limit": d.no_limit if limit < 0 else limit,
                   "offset": max(0, offset)}  # fmt: skip
 
         def work() -> Op[list[RunRecord]]:
