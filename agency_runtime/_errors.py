@@ -231,6 +231,16 @@ class ScheduleNotFoundError(AgencyError, LookupError):
         )
 
 
+class ChildRunRejectedError(AgencyError):
+    """A child run was refused: a ``std::run`` handler rejected it, or it is too deep."""
+
+    def __init__(self, run_id: str, depth: int, reason: str) -> None:
+        self.run_id = run_id
+        self.depth = depth
+        self.reason = reason
+        super().__init__(f"child run {run_id!r} (depth {depth}) was not started: {reason}")
+
+
 class RunConflictError(AgencyError):
     """A run id was reused with a different entry or different arguments."""
 

@@ -16,9 +16,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from ._boundary._admin import RunsNamespace
+from ._boundary._children import run as _run
 from ._boundary._queue import QueuesNamespace, enqueue
 from ._boundary._resume import respond_to_interrupts, resume
-from ._boundary._run import run as _run
 from ._boundary._run import run_sync as _run_sync
 from ._boundary._runtime import RUNTIME
 from ._boundary._schedules import SchedulesNamespace
@@ -367,13 +367,14 @@ class Agency:
         """Declare ``fn`` as a run entry without a decorator (see :meth:`entry`); returns it."""
         return RUNTIME.entries.declare(fn, name=name)
 
-    def configure(self, *, clock: Clock | None = None) -> Clock:
+    def configure(self, *, clock: Clock | None = None, max_run_depth: int | None = None) -> Clock:
         """Configure the runtime: ``clock`` is the time runs started from now on read
-        (leases, guards, TTLs, stored times); returns the clock used before.
+        (leases, guards, TTLs, stored times); ``max_run_depth`` (default 8) is how deep child
+        runs nest when no ``std::run`` handler decides; returns the clock used before.
 
         Tests pass :class:`agency_runtime.testing.FakeClock` and advance it by hand.
         """
-        return RUNTIME.configure(clock=clock)
+        return RUNTIME.configure(clock=clock, max_run_depth=max_run_depth)
 
     def preload(self, *, wait: bool = False) -> None:
         """Start importing litellm in a background thread now (it takes seconds).

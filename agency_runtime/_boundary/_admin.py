@@ -94,11 +94,16 @@ class RunsNamespace:
         return (await store_.load_journal(run_id)).entries
 
     async def cancel(self, run_id: str, *, store: str | Store | None = None) -> RunRecord:
-        """Cancel ``run_id`` (final). A process running it stops at its next step."""
+        """Cancel ``run_id`` (final) and its unfinished child runs, theirs, and so on.
+
+        A process running one stops at its next step; a child cancelled alone returns
+        ``status="cancelled"`` to its parent's call.
+        """
         store_ = RUNTIME.stores.resolve(store)
         record = await store_.cancel_run(run_id)
         if record is None:
             raise RunNotFoundError(run_id, store_.url)
+        await _cancel_descendants(store_, run_id)
         return bind_store(record, store_)
 
     async def fork(
@@ -131,3 +136,24 @@ class RunsNamespace:
         if remembered is not None:
             RUNTIME.entries.remember(new_id, remembered)  # a closure's fork resumes here too
         return new_id
+
+
+_CANCEL_PAGE = 500
+"""Children read per page while cancelling a tree."""
+
+
+async def _cancel_descendants(store: Store, run_id: str) -> None:
+    """Cancel every unfinished run below ``run_id`` (breadth first, a page at a time)."""
+    waiting = [run_id]
+    while waiting:
+        parent = waiting.pop()
+        offset = 0
+        while True:
+            children = await store.list_runs(parent=parent, limit=_CANCEL_PAGE, offset=offset)
+            for child in children:
+                if not child.is_final:
+                    await store.cancel_run(child.run_id)
+                waiting.append(child.run_id)
+            if len(children) < _CANCEL_PAGE:
+                break
+            offset += _CANCEL_PAGE

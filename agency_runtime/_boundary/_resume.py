@@ -128,12 +128,45 @@ async def respond_to_interrupts(
     keys = [i.interrupt_id for i in asked]
     if len(set(keys)) != len(keys):
         raise InterruptAnswerError(f"respond_to_interrupts: interrupt ids repeat in {keys}")
-    run_ids = {i.run_id for i in asked}
-    if len(run_ids) != 1 or None in run_ids:
+    if None in {i.run_id for i in asked}:
         raise InterruptAnswerError(
-            "respond_to_interrupts: the interrupts must all come from one run, "
-            f"got run ids {sorted(str(r) for r in run_ids)}"
+            "respond_to_interrupts: every interrupt must name the run that asked it"
         )
+    answers = _answers(keys, responses)
+    top_id = _named_run(target, asked)
+    top = await get_record(store_, top_id)
+    if top.status != "paused":
+        raise InterruptAnswerError(
+            f"respond_to_interrupts: run {top_id!r} is {top.status}, not paused, so it has "
+            "no interrupts to answer"
+        )
+    asking = await _asking_runs(store_, top, asked)
+    if not enqueue:  # an undeclared entry: refused before anything is stored
+        RUNTIME.entries.find(top.run_id, top.entry)
+    for run_id, record in asking.items():
+        mine = {i.interrupt_id: answers[i.interrupt_id] for i in asked if i.run_id == run_id}
+        refused = await store_.answer_interrupts(run_id, mine, enqueue=enqueue and run_id == top_id)
+        if refused:
+            pending = [i.interrupt_id for i in record.interrupts]
+            raise InterruptAnswerError(
+                f"respond_to_interrupts: interrupt(s) {refused} of run {run_id!r} are not "
+                f"pending (unknown, or answered already); pending: {pending}. Nothing of "
+                f"run {run_id!r} was stored."
+            )
+        RUNTIME.journals.answered(store_, run_id, record.version, mine)
+    if enqueue:
+        if top_id not in asking:  # only its children asked: hand the parent itself over
+            await store_.answer_interrupts(top_id, {}, enqueue=True)
+        return stored_result(await get_record(store_, top_id))
+    result = await _continue(store_, top)
+    await _continue_parents(store_, top)
+    return result
+
+
+def _answers(
+    keys: list[str], responses: Sequence[InterruptResponse] | Mapping[str, InterruptResponse]
+) -> dict[str, InterruptResponse]:
+    """The answers by interrupt id: a dict matching ``keys`` one to one, or a list aligned."""
     if isinstance(responses, Mapping):
         unknown = sorted(set(responses) - set(keys))
         missing = [k for k in keys if k not in responses]
@@ -142,39 +175,89 @@ async def respond_to_interrupts(
                 f"respond_to_interrupts: answers must match the interrupts one to one "
                 f"(unknown ids: {unknown}, unanswered: {missing})"
             )
-        answers = {k: _as_response(responses[k], k) for k in keys}
-    elif isinstance(responses, Sequence) and not isinstance(responses, str):
+        return {k: _as_response(responses[k], k) for k in keys}
+    if isinstance(responses, Sequence) and not isinstance(responses, str):
         if len(responses) != len(keys):
             raise InterruptAnswerError(
                 f"respond_to_interrupts: {len(keys)} interrupt(s) but {len(responses)} answer(s)"
             )
-        answers = {k: _as_response(r, k) for k, r in zip(keys, responses, strict=True)}
-    else:
+        return {k: _as_response(r, k) for k, r in zip(keys, responses, strict=True)}
+    raise InterruptAnswerError(
+        "respond_to_interrupts: responses must be a list aligned with the interrupts "
+        "or a dict keyed by interrupt_id"
+    )
+
+
+def _named_run(
+    target: RunResult | RunRecord | str | Sequence[Interrupt | Mapping[str, Any]],
+    asked: list[Interrupt],
+) -> str:
+    """The run ``target`` names: the result's, the record's, the id; for bare interrupts, the
+    one run that asked them all."""
+    if isinstance(target, str):
+        return target
+    if isinstance(target, RunResult | RunRecord):
+        return target.run_id
+    run_ids = {str(i.run_id) for i in asked}
+    if len(run_ids) != 1:
         raise InterruptAnswerError(
-            "respond_to_interrupts: responses must be a list aligned with the interrupts "
-            "or a dict keyed by interrupt_id"
+            "respond_to_interrupts: the interrupts must all come from one run, "
+            f"got run ids {sorted(run_ids)}; give the paused parent run instead"
         )
-    run_id = str(asked[0].run_id)
-    record = await get_record(store_, run_id)
-    if record.status != "paused":
-        raise InterruptAnswerError(
-            f"respond_to_interrupts: run {run_id!r} is {record.status}, not paused, so it has "
-            "no interrupts to answer"
-        )
-    if not enqueue:  # an undeclared entry: refused before anything is stored
-        RUNTIME.entries.find(record.run_id, record.entry)
-    refused = await store_.answer_interrupts(run_id, answers, enqueue=enqueue)
-    if not refused:
-        RUNTIME.journals.answered(store_, run_id, record.version, answers)
-    if refused:
-        pending = [i.interrupt_id for i in record.interrupts]
-        raise InterruptAnswerError(
-            f"respond_to_interrupts: interrupt(s) {refused} of run {run_id!r} are not pending "
-            f"(unknown, or answered already); pending: {pending}. Nothing was stored."
-        )
-    if enqueue:
-        return stored_result(await get_record(store_, run_id))
-    return await _continue(store_, record)
+    return run_ids.pop()
+
+
+async def _asking_runs(
+    store: Store, top: RunRecord, asked: list[Interrupt]
+) -> dict[str, RunRecord]:
+    """The paused runs that asked ``asked``: ``top`` itself or its descendants (a child's
+    interrupts bubble up to its parent), each checked."""
+    runs: dict[str, RunRecord] = {}
+    for run_id in dict.fromkeys(str(i.run_id) for i in asked):
+        record = top if run_id == top.run_id else await get_record(store, run_id)
+        if record.status != "paused":
+            raise InterruptAnswerError(
+                f"respond_to_interrupts: run {run_id!r} is {record.status}, not paused, so "
+                "it has no interrupts to answer"
+            )
+        if record is not top and not await _descends_from(store, record, top.run_id):
+            raise InterruptAnswerError(
+                f"respond_to_interrupts: interrupt(s) of run {run_id!r} are not run "
+                f"{top.run_id!r}'s, nor one of its child runs'"
+            )
+        runs[run_id] = record
+    return runs
+
+
+_MAX_DEPTH_WALKED = 1000
+"""How many parents :func:`_descends_from` and :func:`_continue_parents` walk at most."""
+
+
+async def _descends_from(store: Store, record: RunRecord, ancestor: str) -> bool:
+    """Whether ``ancestor`` is ``record``'s parent, or its parent's, and so on."""
+    parent_id = record.parent_id
+    for _ in range(_MAX_DEPTH_WALKED):
+        if parent_id is None:
+            return False
+        if parent_id == ancestor:
+            return True
+        parent = await store.get_run(parent_id)
+        parent_id = None if parent is None else parent.parent_id
+    return False
+
+
+async def _continue_parents(store: Store, record: RunRecord) -> None:
+    """Continue the paused runs above ``record`` (a child answered directly): each waits
+    for it at its call, which now returns the child's outcome (or pauses again on it)."""
+    parent_id = record.parent_id
+    for _ in range(_MAX_DEPTH_WALKED):
+        if parent_id is None:
+            return
+        parent = await store.get_run(parent_id)
+        if parent is None or parent.status != "paused":
+            return
+        await _continue(store, parent)
+        parent_id = parent.parent_id
 
 
 async def _asked(

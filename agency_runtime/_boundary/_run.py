@@ -160,6 +160,10 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
     return bind_store(result, store_of(record))
 
 
+CHILD_UNIT = "agency.run"
+"""The name a child run's call is journaled under in its parent (``_children``)."""
+
+
 # Typed for users by the facade's overloads (``agency.run``): an awaitable's value, else the value.
 async def run(
     entry: Callable[..., Any],
@@ -389,7 +393,13 @@ def _prepare(
     """One execution of the claimed ``record``, in a fresh context (the run's model and store,
     the runtime's clock)."""
     clock = RUNTIME.clock
-    ctx = RuntimeContext(record.run_id, model=run_model(record.model), store=store, clock=clock)
+    ctx = RuntimeContext(
+        record.run_id,
+        model=run_model(record.model),
+        store=store,
+        clock=clock,
+        subprocess_depth=record.depth,
+    )
     lease = LEASE_SECONDS if lease_seconds is None else lease_seconds
     started = record.started_at or clock.time()
     return _Attempt(store, record, owner, lease, handback, ctx, Recorder(keep=False), started)
@@ -537,9 +547,17 @@ def _outcome_record(attempt: _Attempt, ending: _Ending, finished: float | None) 
             "interrupts": ending.interrupts,
             "cost_pico": attempt.ctx.cost_pico,
             "tokens": attempt.ctx.tokens,
+            "descendants_pico": _descendants_pico(attempt.journal),
             "finished_at": finished,
         }
     )
+
+
+def _descendants_pico(journal: RunJournal | None) -> int:
+    """What the run's child runs spent: the spend billed with each child call's unit."""
+    if journal is None:
+        return 0
+    return sum(e.cost_pico for e in journal.entries.values() if e.name == CHILD_UNIT)
 
 
 def _after_storing(attempt: _Attempt, ending: _Ending, stored: bool) -> None:

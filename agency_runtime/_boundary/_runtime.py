@@ -22,6 +22,7 @@ with its clock: the registry hands each store it opens a view of :attr:`Runtime.
 
 from __future__ import annotations
 
+from .._bounds import check_whole
 from .._clock import SYSTEM_CLOCK, Clock
 from .._durable._entries import EntryRegistry
 from .._durable._journal import PausedJournals
@@ -58,7 +59,7 @@ class RuntimeClock:
 class Runtime:
     """The process's registries (see the module docstring)."""
 
-    __slots__ = ("clock", "entries", "journals", "locks", "providers", "stores")
+    __slots__ = ("clock", "entries", "journals", "locks", "max_run_depth", "providers", "stores")
 
     def __init__(
         self,
@@ -76,10 +77,15 @@ class Runtime:
         self.journals = journals if journals is not None else PausedJournals()
         self.entries = entries if entries is not None else EntryRegistry()
         self.clock = clock
+        self.max_run_depth = DEFAULT_MAX_RUN_DEPTH
+        """How deep child runs may nest when no ``std::run`` handler decides."""
         stores.clock = RuntimeClock(self)
 
-    def configure(self, *, clock: Clock | None = None) -> Clock:
-        """Use ``clock`` for runs started from now on; return the clock used before."""
+    def configure(self, *, clock: Clock | None = None, max_run_depth: int | None = None) -> Clock:
+        """Use ``clock`` for runs started from now on, and let child runs nest
+        ``max_run_depth`` deep when no handler decides; return the clock used before."""
+        if max_run_depth is not None:
+            self.max_run_depth = check_whole(max_run_depth, "max_run_depth", 0, MAX_RUN_DEPTH)
         previous = self.clock
         if clock is not None:
             if not isinstance(clock, Clock):
@@ -93,6 +99,11 @@ class Runtime:
     def __repr__(self) -> str:
         return f"<Runtime clock={self.clock!r}>"
 
+
+DEFAULT_MAX_RUN_DEPTH = 8
+"""Child runs nest this deep by default (``agency.configure(max_run_depth=...)``)."""
+MAX_RUN_DEPTH = 1000
+"""The deepest ``max_run_depth`` may be set."""
 
 RUNTIME = Runtime(stores=STORES, locks=HELD, providers=PROVIDERS)
 """The process's runtime: the one place process-wide state lives."""

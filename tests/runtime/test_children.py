@@ -1,0 +1,340 @@
+"""Child runs: ``agency.run`` inside a run (DESIGN §11.2), on every store backend.
+
+A child lives in its parent's store with its own journal and record (``parent_id``,
+``root_id``, ``depth``); the call is one journaled unit of the parent, so a replay returns
+the child's outcome without touching it, and a parent that stopped while its child ran
+continues that child instead of starting another. The ``std::run`` gate, the depth limit,
+spend, bubbling interrupts, answers routed to the run that asked, and cancelling a tree are
+each tested here; ``test_a_parent_killed_mid_child_*`` kills a real process with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agency_runtime import (
+    ChildRunRejectedError,
+    InvalidArgumentError,
+    ResumableScope,
+    SqliteStore,
+    Store,
+    agency,
+    approve,
+    reject,
+)
+from agency_runtime._boundary._runtime import RUNTIME
+from tests.forked import ForkServer
+
+pytestmark = pytest.mark.anyio
+
+CALLS: list[str] = []
+"""What the entries below executed, in order (reset by each test)."""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls() -> None:
+    CALLS.clear()
+
+
+async def researcher(topic: str) -> str:
+    CALLS.append(f"research {topic}")
+    assert agency.ctx().subprocess_depth == 1
+    return f"notes on {topic}"
+
+
+async def coordinator(topic: str) -> str:
+    notes = await agency.run(researcher, topic)
+    CALLS.append("coordinate")
+    return f"report from {notes.value}"
+
+
+async def test_a_run_inside_a_run_is_a_child_in_the_parents_store(store: Store) -> None:
+    result = await agency.run(coordinator, "tea", run_id="boss", store=store)
+    assert result.status == "completed"
+    assert result.value == "report from notes on tea"
+    child = await store.get_run("boss/run#0")
+    assert child is not None
+    assert (child.status, child.parent_id, child.root_id, child.depth) == (
+        "completed",
+        "boss",
+        "boss",
+        1,
+    )
+    assert [r.run_id for r in await store.list_runs(parent="boss")] == ["boss/run#0"]
+    parent = await store.get_run("boss")
+    assert parent is not None
+    assert (parent.parent_id, parent.depth) == (None, 0)
+    assert CALLS == ["research tea", "coordinate"]
+
+
+async def deep(level: int) -> int:
+    CALLS.append(f"level {level} at depth {agency.ctx().subprocess_depth}")
+    if level == 0:
+        return 0
+    below = await agency.run(deep, level - 1)
+    if below.status != "completed":
+        raise RuntimeError(str(below.error))
+    return int(below.value) + 1
+
+
+async def test_grandchildren_name_the_root_and_count_their_depth(store: Store) -> None:
+    result = await agency.run(deep, 2, run_id="top", store=store)
+    assert (result.status, result.value) == ("completed", 2)
+    grandchild = await store.get_run("top/run#0/run#0")
+    assert grandchild is not None
+    assert (grandchild.parent_id, grandchild.root_id, grandchild.depth) == (
+        "top/run#0",
+        "top",
+        2,
+    )
+    assert CALLS == ["level 2 at depth 0", "level 1 at depth 1", "level 0 at depth 2"]
+
+
+async def asks(topic: str) -> str:
+    CALLS.append(f"ask {topic}")
+    answer = await agency.interrupt("std::approve", f"publish {topic}?")
+    CALLS.append(f"asked {topic}: {answer.type}")
+    return f"{topic}: {answer.type}"
+
+
+async def waits_for_its_child() -> str:
+    async def body(s: ResumableScope) -> str:
+        await s.step(lambda: CALLS.append("before") or 1, name="before")
+        child = await agency.run(asks, "essay")
+        await s.step(lambda: CALLS.append("after") or 1, name="after")
+        return str(child.value)
+
+    return await agency.with_resumable_scope("job", body)
+
+
+async def test_an_undecided_child_interrupt_pauses_the_parent_and_its_answer_goes_down(
+    store: Store,
+) -> None:
+    paused = await agency.run(waits_for_its_child, run_id="p", store=store)
+    assert paused.status == "paused"
+    [asked] = paused.interrupts
+    assert asked.run_id == "p/job/run#0"  # the child asked it
+    child = await store.get_run(asked.run_id)
+    assert child is not None
+    assert child.status == "paused"
+    done = await agency.respond_to_interrupts(paused, [approve()])
+    assert (done.run_id, done.status, done.value) == ("p", "completed", "essay: approve")
+    child = await store.get_run(asked.run_id)
+    assert child is not None
+    assert child.status == "completed"
+    # Each step ran once: the parent's "before" and the child's ask are not run again.
+    assert CALLS == ["before", "ask essay", "ask essay", "asked essay: approve", "after"]
+
+
+async def test_answering_the_child_directly_continues_its_parent(store: Store) -> None:
+    paused = await agency.run(waits_for_its_child, run_id="p", store=store)
+    [asked] = paused.interrupts
+    child = await agency.respond_to_interrupts(str(asked.run_id), [reject("no")], store=store)
+    assert (child.status, child.value) == ("completed", "essay: reject")
+    parent = await store.get_run("p")
+    assert parent is not None
+    assert parent.status == "completed"
+    assert json.loads(parent.value or "null") == "essay: reject"
+
+
+async def test_the_parents_handlers_decide_a_childs_interrupt(store: Store) -> None:
+    async def parent() -> str:
+        with agency.handler(lambda asked: approve() if asked.effect == "std::approve" else None):
+            child = await agency.run(asks, "memo")
+        return str(child.value)
+
+    result = await agency.run(parent, run_id="h", store=store)
+    assert (result.status, result.value) == ("completed", "memo: approve")
+
+
+async def test_the_gate_asks_std_run_and_a_rejection_is_recorded(store: Store) -> None:
+    seen: list[Any] = []
+
+    def gatekeeper(asked: Any) -> Any:
+        if asked.effect == "std::run":
+            seen.append(asked.data)
+            return reject("not today")
+        return None
+
+    async def parent() -> str:
+        with agency.handler(gatekeeper):
+            try:
+                await agency.run(researcher, "x")
+            except ChildRunRejectedError as exc:
+                CALLS.append(f"refused at depth {exc.depth}")
+        await agency.interrupt("std::approve", "finish?")
+        return "done"
+
+    paused = await agency.run(parent, run_id="g", store=store)
+    assert paused.status == "paused"
+    assert seen == [{"entry": seen[0]["entry"], "run_id": "g/run#0", "depth": 1}]
+    assert seen[0]["entry"].endswith("researcher")
+    assert await store.get_run("g/run#0") is None  # never created
+    done = await agency.respond_to_interrupts(paused, [approve()])
+    assert done.status == "completed"
+    assert seen == [seen[0]]  # the replay raised the recorded refusal: no second gate
+    assert CALLS == ["refused at depth 1", "refused at depth 1"]
+
+
+async def test_undecided_children_nest_up_to_max_run_depth(store: Store) -> None:
+    before = RUNTIME.max_run_depth
+    agency.configure(max_run_depth=1)
+    try:
+        result = await agency.run(deep, 2, run_id="d", store=store)
+    finally:
+        agency.configure(max_run_depth=before)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "max_run_depth=1" in result.error.message
+    with pytest.raises(InvalidArgumentError, match="max_run_depth"):
+        agency.configure(max_run_depth=-1)
+
+
+async def spends() -> str:
+    agency.add_cost(0.25)
+    return "spent"
+
+
+async def test_a_parents_cost_includes_its_childrens(store: Store) -> None:
+    async def parent() -> str:
+        agency.add_cost(0.5)
+        child = await agency.run(spends)
+        return str(child.value)
+
+    result = await agency.run(parent, run_id="c", store=store)
+    assert (result.status, result.cost) == ("completed", 0.75)
+    parent_record = await store.get_run("c")
+    assert parent_record is not None
+    assert (parent_record.cost, parent_record.own_cost) == (0.75, 0.5)
+    child = await store.get_run("c/run#0")
+    assert child is not None
+    assert (child.cost, child.own_cost) == (0.25, 0.25)
+
+
+async def test_a_cost_guard_around_the_call_sees_the_childs_spend(store: Store) -> None:
+    async def parent() -> str:
+        async with agency.cost_guard(0.1):
+            await agency.run(spends)
+        return "under budget"
+
+    result = await agency.run(parent, run_id="b", store=store)
+    assert result.status == "paused"
+    assert [i.effect for i in result.interrupts] == ["std::guard"]
+
+
+async def test_a_child_must_live_in_its_parents_store(store: Store, tmp_path: Path) -> None:
+    other = SqliteStore(tmp_path / "other.db")
+
+    async def parent() -> None:
+        await agency.run(researcher, "x", store=other)
+
+    try:
+        result = await agency.run(parent, run_id="s", store=store)
+    finally:
+        other.close()
+    assert result.status == "failed"
+    assert result.error is not None
+    assert "parent's store" in result.error.message
+
+
+async def test_cancelling_a_parent_cancels_its_unfinished_children(store: Store) -> None:
+    paused = await agency.run(waits_for_its_child, run_id="p", store=store)
+    assert paused.status == "paused"
+    cancelled = await agency.runs.cancel("p", store=store)
+    assert cancelled.status == "cancelled"
+    child = await store.get_run("p/job/run#0")
+    assert child is not None
+    assert child.status == "cancelled"
+
+
+CRASH_WORKER = r"""
+import os
+import signal
+import sys
+
+from agency_runtime import agency
+
+LEDGER = os.environ["LEDGER"]
+
+
+def note(line):
+    with open(LEDGER, "a") as ledger:
+        ledger.write(line + "\n")
+        ledger.flush()
+        os.fsync(ledger.fileno())
+
+
+def make_step(i):
+    def step():
+        note(f"child step {i}")
+        if i == 2 and os.environ.get("KILL") == "1":
+            os.kill(os.getpid(), signal.SIGKILL)  # the child's third step never commits
+        return i
+
+    return step
+
+
+async def child_body(s):
+    total = 0
+    for i in range(5):
+        total += await s.step(make_step(i), name=f"c{i}")
+    return total
+
+
+async def child():
+    return await agency.with_resumable_scope("child", child_body)
+
+
+async def parent():
+    result = await agency.run(child)
+    note("parent after child")
+    return result.value
+
+
+if __name__ == "__main__":
+    result = agency.run_sync(parent, run_id="crash-parent", store="sqlite:///" + os.environ["DB"])
+    print(result.status, result.value)
+    sys.exit(0 if result.status == "completed" else 3)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
+def test_a_parent_killed_mid_child_continues_that_child_once(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
+    script = tmp_path / "crash_children.py"
+    script.write_text(CRASH_WORKER)
+    ledger = tmp_path / "ledger.txt"
+    env = {**os.environ, "LEDGER": str(ledger), "DB": str(tmp_path / "runs.db")}
+    killed = fork_server.start("script", script, env={**env, "KILL": "1"}, cwd=tmp_path)
+    try:
+        killed.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        killed.kill()
+        pytest.fail("the parent did not kill itself")
+    assert killed.returncode == -signal.SIGKILL
+    done = fork_server.run("script", script, env=env, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["completed", "10"]
+    lines = ledger.read_text().splitlines()
+    # Steps 0 and 1 committed before the kill and never ran again; step 2 was in flight.
+    assert lines == [f"child step {i}" for i in (0, 1, 2, 2, 3, 4)] + ["parent after child"]
+    store = SqliteStore(tmp_path / "runs.db")
+    try:
+        children = anyio.run(_children_of, store, "crash-parent")
+    finally:
+        store.close()
+    assert children == ["crash-parent/run#0"]  # one child, continued: never a second one
+
+
+async def _children_of(store: Store, run_id: str) -> list[str]:
+    return [r.run_id for r in await store.list_runs(parent=run_id)]
