@@ -40,7 +40,14 @@ from ._durable._leases import holder_is_dead, owner_id
 from ._errors import InvalidArgumentError, LockReentryError, LockTimeoutError, NotInRunError
 from ._store import LockTable, Store, resolve_store
 
-__all__ = ["GLOBAL_LOCK_LEASE_SECONDS", "HeldLock", "LockScope", "lock", "with_lock"]
+__all__ = [
+    "GLOBAL_LOCK_LEASE_SECONDS",
+    "HeldLock",
+    "LockScope",
+    "lock",
+    "share_run_locks",
+    "with_lock",
+]
 
 T = TypeVar("T")
 
@@ -49,6 +56,15 @@ LockScope = Literal["run", "global"]
 logger = logging.getLogger("agency_runtime.locks")
 
 RUN_LOCKS: Slot[dict[str, _RunLock]] = Slot("locks")
+
+
+def share_run_locks(parent: RuntimeContext, child: RuntimeContext) -> None:
+    """Give the child run ``child`` the run-scoped locks of ``parent`` (and so of the root
+    run): a parent and its children exclude each other on one name, as the Agency language's
+    child delegates acquisition to its parent."""
+    child.put(RUN_LOCKS, parent.ensure(RUN_LOCKS, dict))
+
+
 """The run's named locks, by name (made on the first lock the run takes)."""
 
 GLOBAL_LOCK_LEASE_SECONDS = 30.0

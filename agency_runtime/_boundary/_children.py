@@ -177,7 +177,9 @@ class _Child:
         template = await self._template()
         RUNTIME.entries.remember(self.run_id, self.entry)
         while True:
-            outcome = await drive(self.store, template, self.entry, self.args, self.kwargs)
+            outcome = await drive(
+                self.store, template, self.entry, self.args, self.kwargs, parent=self.frame.ctx
+            )
             if outcome.status != "paused":
                 return await self._ended()
             decided = await self._decide(outcome.interrupts)

@@ -62,6 +62,7 @@ from .._errors import (
 )
 from .._llm._model import MODELS, Model, model_name, run_model
 from .._llm._model import check_model as check_llm_model
+from .._locks import share_run_locks
 from .._store import RunRecord, Store
 from .._types import ErrorInfo, Interrupt, RunResult, RunStatus, bind_store, store_of
 from ._handback import HandBack
@@ -220,8 +221,13 @@ async def drive(
     entry: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    *,
+    parent: RuntimeContext | None = None,
 ) -> RunResult:
-    """Claim ``record.run_id`` (waiting for a live holder) and execute it, or return its result."""
+    """Claim ``record.run_id`` (waiting for a live holder) and execute it, or return its result.
+
+    ``parent``: the context of the run whose call started this one as a child run (its
+    run-scoped locks are shared with it)."""
     owner = owner_id(uuid.uuid4().hex[:12])
     delay = _WAIT_MIN
     dead: str | None = None
@@ -241,7 +247,9 @@ async def drive(
         if finished is not None:
             return result_from_record(bind_store(finished, store), entry)
         delay = min(delay * 2, _WAIT_MAX)
-    return await execute(store, claim.record, owner, entry, args, kwargs, fresh=claim.created)
+    return await execute(
+        store, claim.record, owner, entry, args, kwargs, fresh=claim.created, parent=parent
+    )
 
 
 async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord | None:
@@ -292,6 +300,7 @@ async def execute(
     fresh: bool = False,
     lease_seconds: float | None = None,
     handback: HandBack | None = None,
+    parent: RuntimeContext | None = None,
 ) -> RunResult:
     """Execute a claimed run and store its outcome; never leaves it ``running``.
 
@@ -311,12 +320,12 @@ async def execute(
     if obs is None:
         return await _execute(
             store, record, owner, entry, args, kwargs,
-            fresh=fresh, lease_seconds=lease_seconds, handback=handback,
+            fresh=fresh, lease_seconds=lease_seconds, handback=handback, parent=parent,
         )  # fmt: skip
     with obs.run(record.run_id, record.entry, record.attempts) as watch:
         result = await _execute(
             store, record, owner, entry, args, kwargs,
-            fresh=fresh, lease_seconds=lease_seconds, handback=handback,
+            fresh=fresh, lease_seconds=lease_seconds, handback=handback, parent=parent,
         )  # fmt: skip
         watch.finished(result.status, result.cost, result.exception)
     return result
@@ -364,9 +373,10 @@ async def _execute(
     fresh: bool,
     lease_seconds: float | None,
     handback: HandBack | None,
+    parent: RuntimeContext | None,
 ) -> RunResult:
     """:func:`execute` without the observer: run, judge the ending, store it, return it."""
-    attempt = _prepare(store, record, owner, lease_seconds, handback)
+    attempt = _prepare(store, record, owner, lease_seconds, handback, parent)
     interrupted: BaseException | None = None
     try:
         ending = await _run_leased(attempt, entry, args, kwargs, fresh=fresh)
@@ -389,6 +399,7 @@ def _prepare(
     owner: str,
     lease_seconds: float | None,
     handback: HandBack | None,
+    parent: RuntimeContext | None,
 ) -> _Attempt:
     """One execution of the claimed ``record``, in a fresh context (the run's model and store,
     the runtime's clock)."""
@@ -400,6 +411,8 @@ def _prepare(
         clock=clock,
         subprocess_depth=record.depth,
     )
+    if parent is not None:  # a child run: its parent's run-scoped locks are its locks too
+        share_run_locks(parent, ctx)
     lease = LEASE_SECONDS if lease_seconds is None else lease_seconds
     started = record.started_at or clock.time()
     return _Attempt(store, record, owner, lease, handback, ctx, Recorder(keep=False), started)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from agency_runtime import (
@@ -338,3 +339,61 @@ def test_a_parent_killed_mid_child_continues_that_child_once(
 
 async def _children_of(store: Store, run_id: str) -> list[str]:
     return [r.run_id for r in await store.list_runs(parent=run_id)]
+
+
+async def holds_the_lock(name: str) -> str:
+    async with agency.lock("shared"):
+        CALLS.append(f"{name} in")
+        await anyio.lowlevel.checkpoint()  # let the others try the lock meanwhile
+        await anyio.lowlevel.checkpoint()
+        CALLS.append(f"{name} out")
+    return name
+
+
+async def test_children_share_their_parents_run_locks(store: Store) -> None:
+    async def parent() -> list[str]:
+        results: list[Any] = []
+
+        async def child(name: str) -> None:
+            results.append(await agency.run(holds_the_lock, name))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(child, "a")
+            group.start_soon(child, "b")
+            group.start_soon(holds_the_lock, "parent")
+        return sorted(r.value for r in results)
+
+    result = await agency.run(parent, run_id="locks", store=store)
+    assert (result.status, result.value) == ("completed", ["a", "b"])
+    # One holder at a time across the parent and both children: never two "in" in a row.
+    assert len(CALLS) == 6
+    for index in range(0, 6, 2):
+        assert CALLS[index].endswith(" in")
+        assert CALLS[index + 1] == CALLS[index].replace(" in", " out")
+
+
+async def fans_out(n: int) -> list[str]:
+    results: list[Any] = []
+
+    async def one(i: int) -> None:
+        results.append((i, await agency.run(researcher, f"topic {i}")))
+
+    async with anyio.create_task_group() as group:
+        for i in range(n):
+            group.start_soon(one, i)
+    return [str(r.run_id) for _, r in sorted(results, key=lambda pair: pair[0])]
+
+
+async def test_children_in_a_task_group_have_ids_independent_of_interleaving(
+    store: Store,
+) -> None:
+    first = await agency.run(fans_out, 4, run_id="fan", store=store)
+    assert first.status == "completed"
+    ids = first.value
+    assert len(set(ids)) == 4
+    assert all(i.startswith("fan/") and i.endswith("run#0") for i in ids)
+    children = await store.list_runs(parent="fan")
+    assert sorted(r.run_id for r in children) == sorted(ids)
+    # The same tasks, the same ids, in any order: a second run of the same code agrees.
+    again = await agency.run(fans_out, 4, run_id="fan-2", store=store)
+    assert [i.replace("fan-2/", "fan/", 1) for i in again.value] == ids

@@ -124,7 +124,10 @@ async def test_a_run_started_inside_a_step_keeps_its_thread_changes_to_itself() 
 
     result = await agency.run(parent, run_id="parent", store=store)
     assert result.value == 1  # the child saw only its own thread
-    [step] = await agency.runs.journal("parent", store=store)
+    # The child's call is journaled in the parent too (its own unit, inside the step).
+    journal = await agency.runs.journal("parent", store=store)
+    assert [e.name for e in journal] == ["agency.run", "work"]
+    step = journal[1]
     assert json.loads(step.deltas or "[]") == [
         ["push", "0", {"role": "user", "content": "parent message"}]
     ]

@@ -538,3 +538,24 @@ def test_the_runtime_never_imports_opentelemetry_unless_instrumented(tmp_path: P
         env={"PYTHONPATH": str(Path(__file__).parents[2]), "PATH": "/usr/bin:/bin"},
     )
     assert done.stdout.strip() == "[]", done.stderr
+
+
+async def delegates() -> int:
+    child = await agency.run(two_steps)
+    return int(child.value) + 1
+
+
+async def test_a_child_runs_span_is_inside_its_parents_call(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    result = await agency.run(delegates, run_id="boss", store=store)
+    assert result.value == 4
+    seen = Spans(spans)
+    parent = seen.one(f"agency.run {ENTRY}delegates")
+    child = seen.one(f"agency.run {ENTRY}two_steps")
+    call = seen.parent(child)
+    assert call is not None  # the parent's journaled call: one trace, parent to child
+    assert call.name == "agency.step agency.run"
+    assert seen.parent(call) == parent
+    assert child.context.trace_id == parent.context.trace_id
+    assert seen.children(child) == ["agency.step one", "agency.step two"]
