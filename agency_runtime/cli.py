@@ -3,8 +3,9 @@
 Commands::
 
     agency demo [...]                       the guided demo (agency_runtime.demo)
-    agency runs list [--status S] [--limit N] [--offset N]
+    agency runs list [--status S] [--parent ID] [--limit N] [--offset N]
     agency runs show RUN_ID
+    agency runs tree RUN_ID
     agency runs journal RUN_ID
     agency runs resume RUN_ID [--import MODULE]...
     agency runs respond RUN_ID (--approve [VALUE] | --reject [VALUE] | --answers JSON)
@@ -28,7 +29,9 @@ full), except that an id (a run id, a step path, an interrupt id, a schedule's n
 cut: the other commands take it. ``--json`` prints plain nested JSON: the JSON the store keeps
 as text (arguments, values, step results, locals, …) decoded into JSON values, money as
 ``cost_usd`` (US dollars) and times as ISO 8601 UTC strings. ``runs list`` pages with
-``--limit`` / ``--offset``, newest first.
+``--limit`` / ``--offset``, newest first; ``--parent ID`` lists the child runs run ``ID``
+started. ``runs tree`` shows a run and its descendants, each under its parent, in the order
+they were created.
 
 Errors print one line, ``agency: error: <message>``, to stderr and exit 1 (with ``--json``:
 ``{"error": {"type": ..., "message": ...}}`` on stdout); usage errors exit 2; Ctrl-C exits
@@ -63,7 +66,7 @@ from typing import Any, Literal, TextIO, cast
 import anyio
 from pydantic_core import to_json, to_jsonable_python
 
-from ._boundary._admin import MAX_LIST_LIMIT
+from ._boundary._admin import MAX_LIST_LIMIT, MAX_TREE_RUNS
 from ._boundary._runtime import RUNTIME
 from ._boundary._worker import MAX_CONCURRENCY, Worker
 from ._bounds import MAX_INT, check_seconds, check_whole
@@ -106,6 +109,9 @@ PREVIEW = 60
 """The widest a value preview may be in a table, in characters."""
 MAX_OFFSET = MAX_INT
 """The largest ``--offset`` (SQLite's largest integer)."""
+SHOWN_CHILDREN = 100
+"""``runs show`` counts a run's child runs up to this many (reading each one's row);
+``runs list --parent`` lists them all."""
 SIGPIPE_STATUS = 141
 """The exit status when the output was closed early (128 + SIGPIPE, as a shell reports it)."""
 UI_TOKEN_ENV = "AGENCY_UI_TOKEN"
@@ -228,7 +234,9 @@ def _table(
         widths[widest] -= 1
         total -= 1
     right = {
-        i for i, h in enumerate(headers) if h in ("seq", "attempts", "tokens", "cost", "run cost")
+        i
+        for i, h in enumerate(headers)
+        if h in ("seq", "attempts", "tokens", "cost", "run cost", "own cost")
     }
     cut = False
 
@@ -336,7 +344,9 @@ def _plain(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _record_json(record: RunRecord) -> dict[str, Any]:
-    return _plain(record.model_dump(mode="json"))
+    data = _plain(record.model_dump(mode="json"))
+    data["own_cost_usd"] = _usd_number(record.own_cost_pico)  # without its descendants'
+    return data
 
 
 def _schedule_json(schedule: Schedule) -> dict[str, Any]:
@@ -438,8 +448,15 @@ class _Commands:
     async def list(self) -> int:
         """``agency runs list``."""
         status = cast("RunStatus | None", self.ns.status)
+        parent: str | None = self.ns.parent
+        if parent is not None:
+            await _record(self.store, parent)  # a mistyped parent is unknown, not childless
         records = await agency.runs.list(
-            store=self.store, status=status, limit=self.ns.limit, offset=self.ns.offset
+            store=self.store,
+            status=status,
+            limit=self.ns.limit,
+            offset=self.ns.offset,
+            parent=parent,
         )
         if self.as_json:
             _dump([_record_json(r) for r in records], self.out)
@@ -447,7 +464,10 @@ class _Commands:
         if not records:
             which = f"{status} runs" if status else "runs"
             more = f" after the first {self.ns.offset}" if self.ns.offset else ""
-            print(f"no {which}{more} in {self.store.url}", file=self.out)
+            if parent is not None:
+                print(f"run {parent} has no child {which}{more}", file=self.out)
+            else:
+                print(f"no {which}{more} in {self.store.url}", file=self.out)
             return 0
         rows = [
             [
@@ -480,12 +500,18 @@ class _Commands:
             _dump(_record_json(record), self.out)
             return 0
         out = self.out
-        fields: list[tuple[str, str]] = [
-            ("run", record.run_id),
-            ("status", record.status),
-            ("entry", record.entry),
-            ("arguments", _arguments(record.arguments)),
-        ]
+        fields: list[tuple[str, str]] = [("run", record.run_id), ("status", record.status)]
+        if record.parent_id is not None:
+            fields.append(("parent", record.parent_id))
+        if record.depth:
+            fields.append(("depth", str(record.depth)))
+        children = await self.store.list_runs(parent=record.run_id, limit=SHOWN_CHILDREN + 1)
+        if children:
+            count = len(children)
+            fields.append(
+                ("children", str(count) if count <= SHOWN_CHILDREN else f"over {SHOWN_CHILDREN}")
+            )
+        fields += [("entry", record.entry), ("arguments", _arguments(record.arguments))]
         if record.overrides:
             fields.append(("overrides", _arguments(record.overrides)))
         if record.model:
@@ -497,6 +523,10 @@ class _Commands:
         fields += [
             ("attempts", str(record.attempts)),
             ("cost", _usd(record.cost_pico)),
+        ]
+        if record.descendants_pico:
+            fields.append(("own cost", _usd(record.own_cost_pico)))  # its descendants' excluded
+        fields += [
             ("tokens", str(record.tokens)),
             ("created", _when(record.created_at)),
             ("started", _when(record.started_at)),
@@ -520,13 +550,45 @@ class _Commands:
             if name == "error":
                 _wrapped(label, value, width + 2, out)
                 continue
-            if name not in ("run", "entry") and len(value) > room:
+            if name not in ("run", "parent", "entry") and len(value) > room:
                 value, cut = _cut(value, room), True
             print(f"{label}{value}", file=out)
         if record.interrupts:
             print(f"pending interrupts ({len(record.interrupts)}):", file=out)
             _print_interrupts(record.interrupts, out)
         self._cut_hint(cut)
+        return 0
+
+    async def tree(self) -> int:
+        """``agency runs tree RUN_ID``."""
+        await _record(self.store, self.ns.run_id)
+        try:
+            records = await agency.runs.tree(self.ns.run_id, store=self.store)
+        except InvalidArgumentError:  # too many runs: say it in the CLI's words
+            raise InvalidArgumentError(
+                f"run {self.ns.run_id!r} has more than {MAX_TREE_RUNS:,} runs in its tree; list "
+                f"them a page at a time with `agency runs list --parent ID --store "
+                f"{self.store.url}`"
+            ) from None
+        if self.as_json:
+            _dump([_record_json(r) for r in records], self.out)
+            return 0
+        # Indented by the level under this run (its parent's + 1), whatever depth it has.
+        levels: dict[str | None, int] = {records[0].run_id: 0}
+        rows = []
+        for r in records:
+            level = levels.setdefault(r.run_id, levels.get(r.parent_id, -1) + 1)
+            shown = "  " * level + r.run_id
+            if r.damaged is None:
+                rows.append(
+                    [shown, r.status, _entry_name(r.entry), _usd(r.cost_pico),
+                     _usd(r.own_cost_pico)]
+                )  # fmt: skip
+            else:
+                rows.append([shown, r.status, _entry_name(r.entry) or "-", "-", "-"])
+        headers = ["run id", "status", "entry", "cost", "own cost"]
+        self._cut_hint(_table(headers, rows, self.out, keep={2: "end"}, floor={2: ENTRY_SHOWN}))
+        self._damage_notes(r.run_id for r in records if r.damaged is not None)
         return 0
 
     async def journal(self) -> int:
@@ -1074,6 +1136,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="the runs in the store, newest first", parents=[common])
     listing.add_argument("--status", choices=STATUSES, help="only runs with this status")
     listing.add_argument(
+        "--parent", metavar="ID", help="only the child runs run ID started (not theirs)"
+    )
+    listing.add_argument(
         "--limit",
         type=_whole("--limit", 1, MAX_LIST_LIMIT),
         default=100,
@@ -1090,6 +1155,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", help="one run: inputs, outcome, interrupts", parents=[common])
     show.add_argument("run_id", metavar="RUN_ID")
+
+    tree = sub.add_parser(
+        "tree", help="a run and its child runs, theirs, ... (one line each)", parents=[common]
+    )
+    tree.add_argument("run_id", metavar="RUN_ID")
 
     journal = sub.add_parser("journal", help="the completed steps of a run", parents=[common])
     journal.add_argument("run_id", metavar="RUN_ID")

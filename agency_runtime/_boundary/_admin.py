@@ -1,5 +1,5 @@
-"""``agency.runs``: an admin view of the runs in a store (list, get, journal, cancel, fork),
-and sending events to runs (``send``)."""
+"""``agency.runs``: an admin view of the runs in a store (list, tree, get, journal, cancel,
+fork), and sending events to runs (``send``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import builtins
 import uuid
 from typing import Any, get_args
 
-from .._bounds import check_whole
+from .._bounds import check_whole, shown
 from .._errors import InvalidArgumentError, RunNotFoundError
 from .._store import RunRecord, Store
 from .._types import JournalEntry, RunEvent, RunResult, RunStatus, bind_store
@@ -16,10 +16,12 @@ from ._queue import wait
 from ._resume import get_record
 from ._runtime import RUNTIME
 
-__all__ = ["MAX_LIST_LIMIT", "RunsNamespace"]
+__all__ = ["MAX_LIST_LIMIT", "MAX_TREE_RUNS", "RunsNamespace"]
 
 MAX_LIST_LIMIT = 10_000
 """The most runs one ``agency.runs.list`` call returns; page with ``offset`` for more."""
+MAX_TREE_RUNS = 10_000
+"""The most runs ``agency.runs.tree`` returns (a run and its descendants)."""
 
 
 class RunsNamespace:
@@ -32,22 +34,62 @@ class RunsNamespace:
         status: RunStatus | None = None,
         limit: int = 100,
         offset: int = 0,
+        parent: str | None = None,
     ) -> builtins.list[RunRecord]:
         """Up to ``limit`` runs, newest first, after the first ``offset`` (a page).
 
-        Optionally only those with ``status``. ``limit`` is 1 to ``MAX_LIST_LIMIT``
-        (10 000); ``offset`` is 0 or more. The order is stable, so consecutive pages
-        (``offset=0, 100, 200, ...``) do not overlap while no run is added.
+        Optionally only those with ``status``, and only the child runs that run ``parent``
+        started (its direct children; :meth:`tree` has every descendant). ``limit`` is 1 to
+        ``MAX_LIST_LIMIT`` (10 000); ``offset`` is 0 or more. The order is stable, so
+        consecutive pages (``offset=0, 100, 200, ...``) do not overlap while no run is added.
         """
         if status is not None and status not in get_args(RunStatus):
             raise InvalidArgumentError(
                 f"status must be one of {', '.join(get_args(RunStatus))}, got {status!r}"
             )
+        if parent is not None and (not isinstance(parent, str) or not parent):
+            raise InvalidArgumentError(
+                f"parent must be a run id (a non-empty string) or None, got {shown(parent)}"
+            )
         check_whole(limit, "limit", 1, MAX_LIST_LIMIT)
         check_whole(offset, "offset", 0)
         store_ = RUNTIME.stores.resolve(store)
-        records = await store_.list_runs(status=status, limit=limit, offset=offset)
+        records = await store_.list_runs(status=status, limit=limit, offset=offset, parent=parent)
         return [bind_store(record, store_) for record in records]
+
+    async def tree(
+        self, run_id: str, *, store: str | Store | None = None
+    ) -> builtins.list[RunRecord]:
+        """Run ``run_id`` and all its descendants (the child runs it started, theirs, ...),
+        depth first: each run followed by its children's trees, in the order they were
+        created.
+
+        Raises :class:`RunNotFoundError` for an unknown id, and :class:`InvalidArgumentError`
+        for a tree of more than ``MAX_TREE_RUNS`` (10 000) runs: page through it with
+        ``list(parent=...)`` instead.
+        """
+        store_ = RUNTIME.stores.resolve(store)
+        top = await get_record(store_, run_id)
+        runs: builtins.list[RunRecord] = []
+        seen = {top.run_id}
+        pending = [top]  # runs to visit, the next on top
+        while pending:
+            run = pending.pop()
+            runs.append(run)
+            room = MAX_TREE_RUNS - len(runs) - len(pending)
+            # Newest first. Room + 1 says whether there are too many; + 1 more as ``top``
+            # may be listed again (a parent cycle a damaged store may hold): each run has one
+            # parent, so no other run can come twice.
+            listed = await store_.list_runs(parent=run.run_id, limit=room + 2)
+            children = [child for child in listed if child.run_id not in seen]
+            if len(children) > room:
+                raise InvalidArgumentError(
+                    f"run {run_id!r} has more than {MAX_TREE_RUNS:,} runs in its tree; list "
+                    "them a page at a time with agency.runs.list(parent=ID)"
+                )
+            seen.update(child.run_id for child in children)
+            pending += [bind_store(child, store_) for child in children]  # oldest on top
+        return runs
 
     async def send(
         self,
