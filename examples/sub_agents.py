@@ -28,30 +28,34 @@ import anyio
 from agency_runtime import RunResult, agency, approve
 from agency_runtime.testing import FakeModel, FakeRequest
 
-CALLS: dict[str, int] = {}
-"""How many times each agent's body ran in this process (each should run once)."""
+ASKED: dict[str, int] = {}
+"""How many times the offline model was asked for notes and for a draft (once each: a
+resumed run replays its recorded calls instead of asking again)."""
 
 
 def offline_model(request: FakeRequest) -> str:
     """The offline stand-in for a real model: notes for a researcher, a draft for a writer."""
     prompt = str(request.messages[-1]["content"])
-    if prompt.startswith("Research"):
+    kind = "notes" if prompt.startswith("Research") else "draft"
+    ASKED[kind] = ASKED.get(kind, 0) + 1
+    if kind == "notes":
         return "three facts: it grows on hills; it is picked by hand; it is dried in the sun"
     return "Tea, hand-picked on sunny hills, is the quiet hero of the morning."
 
 
-MODEL = os.environ.get("AGENCY_MODEL") or FakeModel("sub-agents", function=offline_model).register().model
+MODEL = (
+    os.environ.get("AGENCY_MODEL")
+    or FakeModel("sub-agents", function=offline_model).register().model
+)
 
 
 async def researcher(topic: str) -> str:
     """Gather notes on ``topic``."""
-    CALLS["researcher"] = CALLS.get("researcher", 0) + 1
     return await agency.llm(f"Research {topic} in one line.", model=MODEL)
 
 
 async def writer(notes: str) -> str:
     """Write a one-line post from ``notes``, and ask a human before publishing it."""
-    CALLS["writer"] = CALLS.get("writer", 0) + 1
     draft = await agency.llm(f"Write one line from these notes: {notes}", model=MODEL)
     answer = await agency.interrupt("std::approve", f"Publish this post? {draft!r}")
     return draft if answer.type == "approve" else f"(not published) {draft}"
@@ -59,7 +63,6 @@ async def writer(notes: str) -> str:
 
 async def coordinator(topic: str) -> str:
     """Ask the researcher, then the writer; both are child runs of this run."""
-    CALLS["coordinator"] = CALLS.get("coordinator", 0) + 1
     notes: RunResult[str] = await agency.run(researcher, topic)
     post: RunResult[str] = await agency.run(writer, notes.unwrap())
     return post.unwrap()
@@ -78,9 +81,10 @@ async def main() -> None:
     for run in await agency.runs.tree(done.run_id, store=store):
         print(
             f"  {'  ' * run.depth}{run.run_id}  {run.status}  "
-            f"cost ${run.cost:.4f} (own ${run.own_cost:.4f})"
+            f"cost ${run.cost:.6f} (own ${run.own_cost:.6f})"
         )
-    print(f"each agent ran: {dict(sorted(CALLS.items()))}")
+    if ASKED:
+        print(f"the offline model was asked: {dict(sorted(ASKED.items()))}")
     print("Done.")
 
 

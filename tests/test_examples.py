@@ -28,3 +28,28 @@ def test_quickstart_runs_on_a_fresh_sqlite_store(tmp_path: Path) -> None:
         assert "each step ran once: {'check': 1, 'pay': 1}" in done.stdout
         assert done.stdout.rstrip().endswith("Done.")
     assert (tmp_path / "quick.db").exists()
+
+
+def test_the_sub_agents_example_pauses_on_the_writer_and_finishes(tmp_path: Path) -> None:
+    env = {**os.environ, "AGENCY_STORE": f"sqlite:///{tmp_path}/agents.db"}
+    env.pop("AGENCY_MODEL", None)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "sub_agents.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(": paused")
+    assert "/run#1) asks: Publish this post?" in lines[1]
+    assert lines[2].endswith("is the quiet hero of the morning.")
+    assert ": completed: " in lines[2]
+    tree = [line.split() for line in lines[3:6]]
+    assert [row[1] for row in tree] == ["completed"] * 3
+    assert tree[1][0].endswith("/run#0")
+    assert tree[2][0].endswith("/run#1")
+    assert "the offline model was asked: {'draft': 1, 'notes': 1}" in done.stdout
+    assert done.stdout.rstrip().endswith("Done.")

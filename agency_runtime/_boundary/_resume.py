@@ -117,7 +117,11 @@ async def respond_to_interrupts(
     a list aligned with the run's pending interrupts or a dict keyed by ``interrupt_id``;
     every answer is ``approve(value)`` or ``reject(value)``. Answers are stored before
     anything runs again, and the call that asked each question gets its answer when the
-    run reaches it. Without ``store``, a result, record or interrupts this process read are
+    run reaches it. A parent paused on its child runs' questions (their ``run_id`` is the
+    child's) is answered the same way: each answer is stored in the run that asked, then the
+    parent continues (and continues the child at its call). Answering a child directly
+    continues it, then its paused parents; the result is the run ``target`` names.
+    Without ``store``, a result, record or interrupts this process read are
     answered on the store they came from (a run id: on ``AGENCY_STORE``, else the default
     store). A second process answers in one line::
 
