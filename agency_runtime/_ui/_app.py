@@ -1,10 +1,11 @@
 """The run inspector's web app: Starlette routes over any store, through the public API.
 
 Pages (GET): ``/runs`` (filter, search, paging), ``/run?id=ID`` (inputs, outcome, pending
-interrupts, the journal as a timeline), ``/run/download?id=ID&what=...`` (a stored JSON text
-as a file). Actions (POST forms, each with a CSRF token; each redirects back to the run's
-page with a message): ``/run/respond``, ``/run/fork``, ``/run/cancel``, ``/run/send``,
-``/run/resume``. The guards are :mod:`._security`'s.
+interrupts, its parent and child runs, the journal as a timeline),
+``/run/download?id=ID&what=...`` (a stored JSON text as a file). Actions (POST forms, each
+with a CSRF token; each redirects back to the run's page with a message): ``/run/respond``,
+``/run/fork``, ``/run/cancel``, ``/run/send``, ``/run/resume``. The guards are
+:mod:`._security`'s.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ DAMAGED_STATUS = 422
 """The HTTP status of a page about a run whose stored row cannot be read (the request was
 understood; what it names cannot be processed). The other runs are served as usual."""
 PAGE_SIZES = (25, 50, 100, 200)
+CHILDREN_SHOWN = 100
+"""How many child runs a run's page lists (the newest, in the order they were created)."""
 MAX_FORM_BYTES = 1_000_000
 """The largest POST body accepted (an event's payload, an answer's value)."""
 _FLASHES = 256
@@ -373,6 +376,13 @@ class _Inspector:
             )
             for a in journal.answers
         ]
+        try:
+            newest = await agency.runs.list(
+                store=self.store, parent=record.run_id, limit=CHILDREN_SHOWN + 1
+            )
+        except StoreUnavailableError as exc:
+            return self.problem(request, 503, "The store is unavailable", str(exc))
+        children = [_row(child) for child in reversed(newest[:CHILDREN_SHOWN])]
         page = _int(request.query_params.get("page"), 1, 1, 2**31)
         timeline = views.build_timeline(
             record, journal.entries, answers, journal.checkpoints, page=page, clip=clip
@@ -392,6 +402,8 @@ class _Inspector:
             if record.error is None
             else clip.text(record.error.message, views.VALUE_PREVIEW),
             "pending": pending,
+            "children": children,
+            "more_children": len(newest) > CHILDREN_SHOWN,
             "timeline": timeline,
             "page_link": lambda n: run_href(record.run_id, page=n if n != 1 else None),
             "took": (

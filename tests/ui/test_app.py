@@ -357,6 +357,91 @@ def test_the_run_page_shows_inputs_interrupts_and_the_journal_as_a_timeline(
     assert "pending: waits for an answer" in text
 
 
+def _family(store: Store) -> None:
+    """A run ``boss`` with two child runs (the second with a child of its own)."""
+
+    def run(run_id: str, at: float, parent: RunRecord | None = None, **fields: Any) -> RunRecord:
+        tree = {}
+        if parent is not None:
+            tree = {"parent_id": parent.run_id, "root_id": parent.root_id or parent.run_id,
+                    "depth": parent.depth + 1}  # fmt: skip
+        return RunRecord.model_validate(
+            {"run_id": run_id, "status": "running", "entry": "app:agent", "arguments": "{}",
+             "created_at": at, **tree, **fields}
+        )  # fmt: skip
+
+    boss = run("boss", 1000.0, cost_pico=9 * 10**9, descendants_pico=5 * 10**9)
+    first = run("boss/call#0", 1001.0, boss, entry="app:researcher", cost_pico=2 * 10**9)
+    second = run("boss/call#1", 1002.0, boss, entry="app:writer", cost_pico=3 * 10**9,
+                 descendants_pico=10**9)  # fmt: skip
+    deep = run("boss/call#1/call#0", 1003.0, second, cost_pico=10**9)
+
+    async def store_all() -> None:
+        for record in (boss, first, second, deep):
+            claim = await store.claim_run(record, owner="o", lease_seconds=30)
+            done = claim.record.model_copy(update={"status": "completed"})
+            assert await store.finish_run(done, owner="o")
+
+    anyio.run(store_all)
+
+
+def _children(page: Any) -> list[str]:
+    found = re.search(r'<section class="card" id="children">(.*?)</section>', page.text, re.S)
+    return [] if found is None else re.findall(r'<td class="id"><a href="([^"]+)"', found.group(1))
+
+
+def test_a_run_page_links_its_parent_and_lists_its_children(
+    store: Store, client: TestClient
+) -> None:
+    _family(store)
+    boss = client.get("/run", params={"id": "boss"})
+    assert boss.status_code == 200
+    assert 'id="parent-link"' not in boss.text  # a top-level run
+    assert "<dt>depth</dt>" not in boss.text
+    # Its direct children, in the order they were created (not the grandchild).
+    assert _children(boss) == ["/run?id=boss%2Fcall%230", "/run?id=boss%2Fcall%231"]
+    assert "2 runs it started, oldest first." in boss.text
+    assert "app:researcher" in boss.text
+    assert "$0.002000" in boss.text  # a child's cost
+    assert re.search(r"<dt>own cost</dt><dd[^>]*>\$0\.004000<", boss.text)
+
+    second = client.get("/run", params={"id": "boss/call#1"})
+    assert '<a href="/run?id=boss" id="parent-link">boss</a>' in second.text
+    assert "<dt>depth</dt><dd>1</dd>" in second.text
+    assert _children(second) == ["/run?id=boss%2Fcall%231%2Fcall%230"]
+    assert "1 run it started, oldest first." in second.text
+
+    deep = client.get("/run", params={"id": "boss/call#1/call#0"})
+    assert 'id="parent-link">boss/call#1</a>' in deep.text
+    assert "<dt>depth</dt><dd>2</dd>" in deep.text
+    assert _children(deep) == []
+    assert 'id="children"' not in deep.text
+    assert "<dt>own cost</dt>" not in deep.text  # nothing below it
+
+    plain = agency.run_sync(adds, 1, 2, run_id="plain", store=store)
+    page = client.get("/run", params={"id": plain.run_id})
+    for absent in ('id="parent-link"', "<dt>depth</dt>", 'id="children"', "<dt>own cost</dt>"):
+        assert absent not in page.text
+
+
+def test_a_run_page_lists_its_newest_children_up_to_a_bound(
+    store: Store, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _family(store)
+    monkeypatch.setattr(_app, "CHILDREN_SHOWN", 1)
+    page = client.get("/run", params={"id": "boss"})
+    assert _children(page) == ["/run?id=boss%2Fcall%231"]  # the newest
+    assert "The newest 1 of the runs it started, oldest first" in page.text
+    assert "agency runs list --parent boss" in page.text
+
+
+def test_the_runs_list_shows_child_runs_like_any_other(store: Store, client: TestClient) -> None:
+    _family(store)
+    page = client.get("/runs")
+    assert page.text.count('<td class="id">') == 4
+    assert 'href="/run?id=boss%2Fcall%231%2Fcall%230"' in page.text
+
+
 def test_approve_continues_a_declared_entry_in_process(store: Store, client: TestClient) -> None:
     run_id = _paused(store)
     interrupt = _get(store, run_id).interrupts[0].interrupt_id

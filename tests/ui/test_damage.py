@@ -56,3 +56,17 @@ def test_the_page_of_a_damaged_run_says_what_is_damaged(damaged: TestClient) -> 
     download = damaged.get("/run/download", params={"id": "bad", "what": "value"})
     assert download.status_code == 422
     assert damaged.get("/run", params={"id": "good"}).status_code == 200
+
+
+def test_a_damaged_child_is_listed_damaged_on_its_parents_page(damaged: TestClient) -> None:
+    store = damaged.app.state.store  # type: ignore[attr-defined]
+    with closing(sqlite3.connect(store.path)) as conn, conn:
+        conn.execute("UPDATE runs SET parent_id = 'good', root_id = 'good', depth = 1")
+        conn.execute("UPDATE runs SET parent_id = NULL, root_id = NULL, depth = 0 "
+                     "WHERE run_id = 'good'")  # fmt: skip
+    page = damaged.get("/run", params={"id": "good"})
+    assert page.status_code == 200
+    children = page.text[page.text.index('id="children"') :]
+    assert 'href="/run?id=bad"' in children
+    assert '<span class="badge status-damaged">damaged</span>' in children
+    assert "is not a run status" in children
