@@ -14,6 +14,7 @@ from .._types import JournalEntry, RunEvent, RunResult, RunStatus, bind_store
 from .._waits import check_event_name, encode_payload
 from ._queue import wait
 from ._resume import get_record
+from ._run import tell_parent
 from ._runtime import RUNTIME
 
 __all__ = ["MAX_LIST_LIMIT", "MAX_TREE_RUNS", "RunsNamespace"]
@@ -146,6 +147,7 @@ class RunsNamespace:
         if record is None:
             raise RunNotFoundError(run_id, store_.url)
         await _cancel_descendants(store_, run_id)
+        await tell_parent(store_, record)  # a queued child's parent waits for its end
         return bind_store(record, store_)
 
     async def fork(

@@ -46,12 +46,15 @@ from .._interrupts import dispatch, interrupt_id
 from .._llm._model import Model
 from .._store import RunRecord, Store
 from .._types import Interrupt, InterruptResponse, RunResult, bind_store
+from .._waits import wait_for_event
 from . import _run
+from ._queue import check_queue, check_worker_entry
 from ._run import (
     CHILD_UNIT,
     check_model,
     check_run_id,
     check_same_inputs,
+    child_event,
     drive,
     result_from_record,
 )
@@ -64,16 +67,24 @@ async def run(
     entry: Callable[..., Any],
     *args: Any,
     run_id: str | None = None,
+    queue: str | None = None,
     store: str | Store | None = None,
     model: str | Model | None = None,
     **kwargs: Any,
 ) -> RunResult[Any]:
     """``agency.run``: a child run inside a durable run (see the module), else a top-level
-    run (:func:`._run.run`)."""
+    run (:func:`._run.run`). ``queue=`` hands a child to the workers of that queue."""
     frame = current_frame_maybe()
     if frame is None or not journal_of(frame.ctx).durable:
+        if queue is not None:
+            raise InvalidArgumentError(
+                "agency.run(queue=...) hands a child run to workers from inside a run; "
+                "outside a run, queue it with agency.enqueue(entry, ..., queue=...)"
+            )
         return await _run.run(entry, *args, run_id=run_id, store=store, model=model, **kwargs)
-    return await run_child(frame, entry, args, kwargs, run_id=run_id, store=store, model=model)
+    return await run_child(
+        frame, entry, args, kwargs, run_id=run_id, queue=queue, store=store, model=model
+    )
 
 
 async def run_child(
@@ -83,11 +94,16 @@ async def run_child(
     kwargs: dict[str, Any],
     *,
     run_id: str | None,
+    queue: str | None = None,
     store: str | Store | None,
     model: str | Model | None,
 ) -> RunResult[Any]:
-    """Start (or continue, or replay) the child run of ``entry`` called in ``frame``."""
+    """Start (or continue, or replay) the child run of ``entry`` called in ``frame``
+    (``queue``: on the workers of that queue, the parent waiting for it durably)."""
     check_entry(entry)
+    if queue is not None:
+        queue = check_queue(queue)
+        check_worker_entry(entry, "run(queue=...)")
     parent = frame.ctx
     journal = journal_of(parent)
     parent_id = journal.run_id or ""
@@ -114,6 +130,7 @@ async def run_child(
         parent_id=parent_id,
         depth=parent.subprocess_depth + 1,
         model=check_model(model),
+        queue=queue,
     )
     replayed = will_replay(journal, path)
     record = await journaled(
@@ -145,6 +162,7 @@ class _Child:
         "model",
         "parent_id",
         "path",
+        "queue",
         "ref",
         "run_id",
         "store",
@@ -163,8 +181,10 @@ class _Child:
         parent_id: str,
         depth: int,
         model: str | None,
+        queue: str | None,
     ) -> None:
         self.frame, self.store, self.entry = frame, store, entry
+        self.queue = queue
         self.args, self.kwargs = args, kwargs
         self.path, self.run_id, self.parent_id, self.depth = path, run_id, parent_id, depth
         self.model = model
@@ -176,19 +196,41 @@ class _Child:
         handlers decide), bill its spend here; pause the parent on what nobody decided."""
         template = await self._template()
         RUNTIME.entries.remember(self.run_id, self.entry)
+        if self.queue is not None:
+            return await self._on_workers(template)
         while True:
             outcome = await drive(
                 self.store, template, self.entry, self.args, self.kwargs, parent=self.frame.ctx
             )
             if outcome.status != "paused":
                 return await self._ended()
-            decided = await self._decide(outcome.interrupts)
-            if not decided:
-                journal_of(self.frame.ctx).paused.extend(outcome.interrupts)
-                # Sibling tasks reach their own interrupts before this one unwinds the group.
-                await anyio.lowlevel.checkpoint()
-                raise RunPaused(list(outcome.interrupts))
-            await self.store.answer_interrupts(self.run_id, decided)
+            await self._bubble(outcome.interrupts, enqueue=False)
+
+    async def _on_workers(self, template: RunRecord) -> RunRecord:
+        """A queued child: queue it, then wait (durably: a worker's parent parks) for each of
+        its ends the child reports (:func:`._run.tell_parent`) until it is final."""
+        while True:
+            current = await self.store.get_run(self.run_id)
+            if current is None:
+                queued = template.model_copy(update={"status": "queued", "queue": self.queue})
+                current = (await self.store.enqueue_run(queued)).record
+            if current.status in ("completed", "failed", "cancelled"):
+                return await self._ended()
+            if current.status == "paused":
+                await self._bubble(current.interrupts, enqueue=True)
+                continue
+            await wait_for_event(child_event(self.run_id))
+
+    async def _bubble(self, interrupts: list[Interrupt], *, enqueue: bool) -> None:
+        """Answer in the child what the parent's handlers decide of its questions (queued
+        again for its workers with ``enqueue``); pause the parent when they decide none."""
+        decided = await self._decide(interrupts)
+        if not decided:
+            journal_of(self.frame.ctx).paused.extend(interrupts)
+            # Sibling tasks reach their own interrupts before this one unwinds the group.
+            await anyio.lowlevel.checkpoint()
+            raise RunPaused(list(interrupts))
+        await self.store.answer_interrupts(self.run_id, decided, enqueue=enqueue)
 
     async def _template(self) -> RunRecord:
         """The child's record to claim: the stored one's inputs checked, or a new one gated."""

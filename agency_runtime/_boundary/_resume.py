@@ -149,7 +149,11 @@ async def respond_to_interrupts(
         RUNTIME.entries.find(top.run_id, top.entry)
     for run_id, record in asking.items():
         mine = {i.interrupt_id: answers[i.interrupt_id] for i in asked if i.run_id == run_id}
-        refused = await store_.answer_interrupts(run_id, mine, enqueue=enqueue and run_id == top_id)
+        # A child that runs on workers (queue=) goes back to them with its answers.
+        queued_child = record.parent_id is not None and record.queue is not None
+        refused = await store_.answer_interrupts(
+            run_id, mine, enqueue=(enqueue and run_id == top_id) or queued_child
+        )
         if refused:
             pending = [i.interrupt_id for i in record.interrupts]
             raise InterruptAnswerError(

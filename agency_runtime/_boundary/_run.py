@@ -54,8 +54,10 @@ from .._errors import (
     InvalidArgumentError,
     RestoreSignal,
     RunConflictError,
+    RunFinishedError,
     RunHandedBack,
     RunInterruptedError,
+    RunNotFoundError,
     RunParked,
     RunPaused,
     StoreUnavailableError,
@@ -163,6 +165,33 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
 
 CHILD_UNIT = "agency.run"
 """The name a child run's call is journaled under in its parent (``_children``)."""
+
+_CHILD_EVENT = "agency.child:"
+_REPORTED = frozenset({"completed", "failed", "cancelled", "paused"})
+"""The ends of a queued child its parent is told of (each one it waits for)."""
+
+
+def child_event(run_id: str) -> str:
+    """The event a queued child run ``run_id`` sends its parent when it ends or pauses."""
+    name = _CHILD_EVENT + run_id
+    if len(name) <= 200:  # an event name's bound
+        return name
+    import hashlib  # only for very long ids: hashlib's import is not free
+
+    return _CHILD_EVENT + hashlib.sha256(run_id.encode()).hexdigest()
+
+
+async def tell_parent(store: Store, record: RunRecord) -> None:
+    """Wake the parent waiting for the queued child ``record``, which just ended or paused
+    (an event to the parent: buffered, and by NOTIFY on PostgreSQL). A parent that is final
+    already waits for nothing."""
+    if record.parent_id is None or record.queue is None or record.status not in _REPORTED:
+        return
+    try:
+        status = encode_value(record.status, what="a child run's status")
+        await store.send_event(record.parent_id, child_event(record.run_id), status)
+    except (RunFinishedError, RunNotFoundError):
+        pass
 
 
 # Typed for users by the facade's overloads (``agency.run``): an awaitable's value, else the value.
@@ -387,6 +416,9 @@ async def _execute(
         ending = _Ending("queued")  # the store failed, not the run: another try later
     finished = None if ending.status in ("queued", "waiting") else attempt.ctx.clock.time()
     outcome, stored = await _store_outcome(attempt, ending, finished)
+    if stored:
+        with anyio.CancelScope(shield=True):
+            await tell_parent(store, outcome)
     if interrupted is not None:
         raise interrupted
     _after_storing(attempt, ending, stored)

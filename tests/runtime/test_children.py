@@ -25,14 +25,18 @@ from agency_runtime import (
     ChildRunRejectedError,
     InvalidArgumentError,
     ResumableScope,
+    RunRecord,
     SqliteStore,
     Store,
+    Worker,
     agency,
     approve,
     reject,
 )
 from agency_runtime._boundary._runtime import RUNTIME
+from agency_runtime._store import Claim
 from tests.forked import ForkServer
+from tests.support import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -397,3 +401,126 @@ async def test_children_in_a_task_group_have_ids_independent_of_interleaving(
     # The same tasks, the same ids, in any order: a second run of the same code agrees.
     again = await agency.run(fans_out, 4, run_id="fan-2", store=store)
     assert [i.replace("fan-2/", "fan/", 1) for i in again.value] == ids
+
+
+# -- queue=: children on workers, the parent waiting durably --------------------------------
+
+
+@agency.entry
+async def summarize(part: int) -> str:
+    CALLS.append(f"summarize {part} at depth {agency.ctx().subprocess_depth}")
+    return f"part {part}"
+
+
+@agency.entry
+async def approve_publish(part: int) -> str:
+    answer = await agency.interrupt("std::approve", f"publish part {part}?")
+    CALLS.append(f"publish {part}: {answer.type}")
+    return f"part {part}: {answer.type}"
+
+
+@agency.entry
+async def fan_out_on_workers(n: int, entry: str) -> list[str]:
+    child = {"summarize": summarize, "approve": approve_publish}[entry]
+    results: dict[int, Any] = {}
+
+    async def one(i: int) -> None:
+        results[i] = await agency.run(child, i, queue="agents")
+
+    async with anyio.create_task_group() as group:
+        for i in range(n):
+            group.start_soon(one, i)
+    return [str(results[i].value) for i in range(n)]
+
+
+async def test_queued_children_run_on_workers_while_the_parent_waits(store: Store) -> None:
+    workers = [Worker(store, queues=["agents"], concurrency=2, poll=0.05) for _ in range(3)]
+    async with serving(*workers):
+        result = await agency.run(fan_out_on_workers, 10, "summarize", run_id="f", store=store)
+    assert (result.status, result.value) == ("completed", [f"part {i}" for i in range(10)])
+    children = await store.list_runs(parent="f", limit=-1)
+    assert len(children) == 10
+    assert {(c.status, c.queue, c.depth, c.attempts) for c in children} == {
+        ("completed", "agents", 1, 1)
+    }
+    assert sorted(CALLS) == sorted(f"summarize {i} at depth 1" for i in range(10))
+    # The parent's journal holds each call once: a replay returns them without the workers.
+    again = await agency.resume("f", store=store)
+    assert again.value == result.value
+    assert len(CALLS) == 10
+
+
+async def test_a_queued_childs_question_pauses_its_parent_and_the_answer_goes_to_workers(
+    store: Store,
+) -> None:
+    async with serving(Worker(store, queues=["agents"], concurrency=2, poll=0.05)):
+        paused = await agency.run(fan_out_on_workers, 1, "approve", run_id="q", store=store)
+        assert paused.status == "paused"
+        [asked] = paused.interrupts
+        assert asked.run_id == "q/run#0" or str(asked.run_id).startswith("q/")
+        done = await agency.respond_to_interrupts(paused, [approve()])
+    assert (done.status, done.value) == ("completed", ["part 0: approve"])
+    assert CALLS == ["publish 0: approve"]
+
+
+async def test_a_queued_child_cancelled_alone_returns_cancelled_to_its_parent(
+    store: Store,
+) -> None:
+    async def parent() -> str:
+        child = await agency.run(summarize, 1, queue="nobody-serves-this")
+        return child.status
+
+    results: list[Any] = []
+    enqueued = anyio.Event()
+    enqueue = store.enqueue_run
+
+    async def seen(record: RunRecord) -> Claim:
+        claim = await enqueue(record)
+        enqueued.set()
+        return claim
+
+    async def start() -> None:
+        results.append(await agency.run(parent, run_id="c", store=store))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(store, "enqueue_run", seen)
+        async with anyio.create_task_group() as group:
+            group.start_soon(start)
+            with anyio.fail_after(30):
+                await enqueued.wait()
+            [child] = await store.list_runs(parent="c")
+            await agency.runs.cancel(child.run_id, store=store)
+    assert (results[0].status, results[0].value) == ("completed", "cancelled")
+
+
+async def test_queue_is_for_child_runs_only() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"agency\.enqueue"):
+        await agency.run(summarize, 1, queue="agents")
+
+
+async def test_a_parent_on_a_worker_parks_while_its_children_run_elsewhere(
+    store: Store,
+) -> None:
+    """The parent's worker parks it (park_after=0) while it waits for its queued children;
+    each child's end wakes it (an event to the parent), and it finishes with their values."""
+    await agency.enqueue(
+        fan_out_on_workers, 3, "summarize", run_id="parked", queue="parents", store=store
+    )
+    parents = Worker(store, queues=["parents"], concurrency=1, poll=0.05, park_after=0)
+    agents = Worker(store, queues=["agents"], concurrency=3, poll=0.05)
+    async with serving(parents, agents):
+        done = await agency.runs.wait("parked", store=store, timeout=60)
+    assert (done.status, done.value) == ("completed", ["part 0", "part 1", "part 2"])
+    record = await store.get_run("parked")
+    assert record is not None
+    assert record.attempts > 1  # it parked and was claimed again when a child ended
+    assert sorted(CALLS) == [f"summarize {i} at depth 1" for i in range(3)]
+
+
+def test_a_long_child_ids_event_name_stays_within_bounds() -> None:
+    from agency_runtime._boundary._run import child_event
+
+    assert child_event("p/run#0") == "agency.child:p/run#0"
+    long_id = "p/" + "x" * 300
+    assert len(child_event(long_id)) <= 200
+    assert child_event(long_id) == child_event(long_id) != child_event(long_id + "y")

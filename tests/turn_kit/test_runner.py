@@ -297,6 +297,31 @@ async def test_turns_of_one_conversation_run_one_at_a_time_in_arrival_order() ->
     ]
 
 
+async def researcher(question: str) -> str:
+    """A sub-agent a turn's respond calls: a child run of the turn's run."""
+    assert agency.ctx().subprocess_depth == 1
+    return f"found: {question}"
+
+
+async def test_a_turns_respond_may_call_sub_agents() -> None:
+    ctx = Ctx()
+    store = MemoryStore()
+    turns = runner(store=store)
+
+    async def respond(turn: TurnArgs) -> str:
+        found = await agency.run(researcher, turn.input)
+        return str(found.value)
+
+    result = await turns.run(
+        ctx, conversation=CONVERSATION, input="tea prices", respond=respond,
+        deliver=lambda reply: "ok", message_id=77,
+    )  # fmt: skip
+    assert result.reply == "found: tea prices"
+    [turn_run] = [r for r in await store.list_runs() if r.parent_id is None]
+    [child] = await store.list_runs(parent=turn_run.run_id)
+    assert (child.status, child.depth, child.root_id) == ("completed", 1, turn_run.run_id)
+
+
 async def test_a_paused_turn_raises_and_completes_when_answered() -> None:
     ctx = Ctx()
     sent: list[str] = []
