@@ -203,3 +203,96 @@ def test_a_worker_with_a_bad_store_url_says_so(tmp_path: Path, fork_server: Fork
     bad = fork_server.run("module", "agency_runtime", "worker", "--concurrency", "0", cwd=tmp_path)
     assert bad.returncode == 2
     assert "--concurrency" in bad.stderr
+
+
+TEAM = """
+import os, signal
+from agency_runtime import agency
+
+LEDGER = os.environ["LEDGER"]
+MARK = LEDGER + ".killed"
+
+
+def note(line):
+    with open(LEDGER, "a") as ledger:
+        ledger.write(line + "\\n")
+        ledger.flush()
+        os.fsync(ledger.fileno())
+
+
+def _step(index):
+    def body():
+        note(f"child {index} {os.getpid()}")
+        if index == 2 and not os.path.exists(MARK):
+            open(MARK, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)  # the worker dies inside the child's step 2
+        return index
+    return body
+
+
+@agency.entry
+async def member() -> int:
+    async def body(s):
+        total = 0
+        for index in range(5):
+            total += await s.step(_step(index), name=f"c{index}")
+        return total
+
+    return await agency.with_resumable_scope("member", body)
+
+
+@agency.entry
+async def lead() -> int:
+    child = await agency.run(member, queue="default")
+    note(f"lead after child {os.getpid()}")
+    return int(child.value) * 10
+"""
+
+
+def test_a_worker_killed_mid_child_leaves_parent_and_child_to_another_once(
+    tmp_path: Path,
+    fork_server: ForkServer,
+    store_url: tuple[str, Store],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker runs a parent and its queued child; it dies (SIGKILL) inside the child's
+    third step. Another worker takes both over: the child continues from its journal (its
+    committed steps never run again), the parent gets its value, and there is one child."""
+    url, store = store_url
+    team = next(app_module(tmp_path, monkeypatch, "team", TEAM))
+
+    async def start() -> None:
+        await agency.enqueue(team.lead, run_id="lead", store=store)
+
+    anyio.run(start)
+    first = _team_worker(fork_server, tmp_path, url, "first")
+    assert first.wait(timeout=DEADLINE) == -signal.SIGKILL
+    second = _team_worker(fork_server, tmp_path, url, "second")
+    try:
+
+        async def outcome() -> tuple[str, object, list[str]]:
+            done = await agency.runs.wait("lead", store=store, timeout=DEADLINE)
+            children = [r.run_id for r in await store.list_runs(parent="lead")]
+            return done.status, done.value, children
+
+        status, value, children = anyio.run(outcome)
+    finally:
+        os.kill(second.pid, signal.SIGTERM)
+        second.communicate(timeout=DEADLINE)
+    assert (status, value, children) == ("completed", 100, ["lead/run#0"])
+    lines = [line.rsplit(" ", 1) for line in (tmp_path / "ledger.txt").read_text().splitlines()]
+    steps = [text for text, _ in lines]
+    # Steps 0 and 1 committed before the kill: never again; step 2 was in flight: once more.
+    assert steps == ["child 0", "child 1", "child 2", "child 2", "child 3", "child 4",
+                     "lead after child"]  # fmt: skip
+    pids = [int(pid) for _, pid in lines]
+    assert pids[:3] == [first.pid] * 3
+    assert set(pids[3:]) == {second.pid}
+
+
+def _team_worker(server: ForkServer, tmp_path: Path, url: str, name: str) -> ForkedProcess:
+    return server.start(
+        "module", "agency_runtime", "worker", "--store", url, "--import", "team",
+        "--concurrency", "4", "--lease", "1", "--poll", "0.05", "--park-after", "0.2",
+        env=dict(os.environ), cwd=tmp_path, output=tmp_path / name,
+    )  # fmt: skip
