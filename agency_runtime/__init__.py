@@ -58,6 +58,7 @@ from ._errors import (
     RunPausedError,
     RunWaitTimeoutError,
     ScheduleNotFoundError,
+    StepFailedError,
     StepResultError,
     StoreError,
     StoreSchemaError,
@@ -74,6 +75,7 @@ from ._llm._registry import register_provider, unregister_provider
 from ._llm._stream import LLMStream
 from ._llm._tools import Tool
 from ._locks import HeldLock
+from ._policies import Retry
 from ._scope import ResumableScope, ResumableScopeOpts
 from ._store import (
     DEFAULT_STORE_URL,
@@ -212,6 +214,7 @@ __all__ = [
     "ResultSerializationError",
     "ResumableScope",
     "ResumableScopeOpts",
+    "Retry",
     "RunConflictError",
     "RunEvent",
     "RunFailedError",
@@ -232,6 +235,7 @@ __all__ = [
     "ScheduleNotFoundError",
     "ScheduleTable",
     "SqliteStore",
+    "StepFailedError",
     "StepResultError",
     "Store",
     "StoreError",

@@ -297,6 +297,20 @@ class StepResultError(ResultSerializationError):
     """A resumable step returned a value that cannot be journaled as JSON."""
 
 
+class StepFailedError(AgencyError):
+    """A step with retries failed on its last attempt (``attempts``, each attempt's ``errors``)."""
+
+    def __init__(self, path: str, attempts: int, errors: list[dict[str, str]]) -> None:
+        self.path = path
+        self.attempts = attempts
+        self.errors = errors
+        last = errors[-1] if errors else {"type": "?", "message": ""}
+        super().__init__(
+            f"step {path!r} failed after {attempts} attempt(s); the last: "
+            f"{last['type']}: {last['message']}"
+        )
+
+
 class EntryResultError(ResultSerializationError, ValueError):
     """A run's entry returned a value that does not fit the entry's return annotation."""
 

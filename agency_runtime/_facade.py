@@ -55,6 +55,7 @@ from ._llm._stream import llm_stream
 from ._llm._tools import tool
 from ._locks import lock, with_lock
 from ._patches import patched
+from ._policies import Retry as _Retry
 from ._scope import with_resumable_scope
 from ._waits import sleep, wait_for_event
 
@@ -324,6 +325,10 @@ class Agency:
 
     Model = _Model
     """``agency.Model(...)``: a model with its own endpoint, key, options and prices."""
+
+    Retry = _Retry
+    """``agency.Retry(attempts=3, backoff=1.0, ...)``: a step's retry policy
+    (``s.step(fn, retries=agency.Retry(...))``); the same class as ``agency_runtime.Retry``."""
 
     def register_model(self, model: _Model) -> _Model | None:
         """Make the string ``model.name`` mean ``model`` in this process; return the model

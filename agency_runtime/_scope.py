@@ -48,6 +48,7 @@ from ._errors import (
     NondeterminismError,
     StepResultError,
 )
+from ._policies import Retry, as_policy, claim_attempts, with_policy
 from ._types import DeferredModel
 
 __all__ = ["ResumableScope", "ResumableScopeOpts", "step_name", "with_resumable_scope"]
@@ -226,9 +227,11 @@ class ResumableScope:
     def step(
         self,
         fn: Callable[[], T | Awaitable[T]],
-        *,
         name: str | None = None,
+        *,
         returns: Any = None,
+        retries: Retry | int | None = None,
+        timeout: float | None = None,
     ) -> Awaitable[T]:
         """Run ``fn`` once per run: on resume, return its journaled result instead.
 
@@ -238,6 +241,13 @@ class ResumableScope:
         annotation when given), on the first run as on replay. ``name=`` names the step for
         the determinism check (the default is ``fn``'s qualified name; a lambda is named
         after what it calls, see :func:`step_name`).
+
+        ``retries`` (an :class:`~agency_runtime.Retry`, or ``N`` for N retries) retries a
+        failing ``fn`` durably: each failed attempt is journaled, the backoff is a durable
+        sleep, and after the last attempt the step raises
+        :class:`~agency_runtime.StepFailedError` (recorded: a replay raises it again).
+        ``timeout`` (seconds) bounds one attempt; a timed-out attempt is a failed one
+        (``TimeoutError``). See :mod:`agency_runtime._policies`.
 
         Step ids are given at call time, in call order, by the task that opened the scope;
         a concurrent task calling steps of this scope gets ids qualified by its branch
@@ -265,11 +275,16 @@ class ResumableScope:
                 journal.claimed.add(path)
             else:
                 recorded(journal, path, called, _where(sys._getframe(1)))
+            if retries is not None or timeout is not None:
+                claim_attempts(journal, path)
             adapter = return_adapter(fn, returns)
             decode = from_json if adapter is None else adapter.validate_json
             frame = current_frame("ResumableScope.step()")
             return _ready(replay(frame, journal, entry, decode))
-        return self._execute(index, path, fn, called, _where(sys._getframe(1)), returns)
+        policy = as_policy(retries, timeout)
+        return self._execute(
+            index, path, fn, called, _where(sys._getframe(1)), returns, policy, timeout
+        )
 
     async def _execute(
         self,
@@ -279,6 +294,8 @@ class ResumableScope:
         step_name: str,
         callsite: str,
         returns: Any,
+        policy: Retry | None = None,
+        timeout: float | None = None,
     ) -> Any:
         frame = current_frame("ResumableScope.step()")
         step_frame = frame.evolve(
@@ -323,19 +340,24 @@ class ResumableScope:
                 "scopes": self._chain_json[1],
             }
 
-        try:
-            return await perform(
-                frame, self._journal, path, step_name, callsite, fn,
-                encode=encode, run_frame=step_frame, fields=fields,
-            )  # fmt: skip
-        except TypeError as exc:
-            if _wants_arguments(fn, exc):
-                raise InvalidArgumentError(
-                    f"s.step() calls its function with no arguments, and {step_name} takes "
-                    f"some ({exc}): a step function takes no arguments; pass them with a "
-                    f"lambda, s.step(lambda: {step_name}(...)), or functools.partial"
-                ) from exc
-            raise
+        async def once(attempt: Callable[[], Any]) -> Any:
+            try:
+                return await perform(
+                    frame, self._journal, path, step_name, callsite, attempt,
+                    encode=encode, run_frame=step_frame, fields=fields,
+                )  # fmt: skip
+            except TypeError as exc:
+                if _wants_arguments(fn, exc):
+                    raise InvalidArgumentError(
+                        f"s.step() calls its function with no arguments, and {step_name} takes "
+                        f"some ({exc}): a step function takes no arguments; pass them with a "
+                        f"lambda, s.step(lambda: {step_name}(...)), or functools.partial"
+                    ) from exc
+                raise
+
+        if policy is None:
+            return await once(fn)
+        return await with_policy(frame, self._journal, path, step_name, policy, timeout, fn, once)
 
     # -- locals and halt -------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ __all__ = [
     "check_event_name",
     "encode_payload",
     "sleep",
+    "sleep_until",
     "wait_for_event",
 ]
 
@@ -148,6 +149,15 @@ async def sleep(seconds: float | timedelta) -> None:
         encode=lambda at: at,
         decode=float,
     )
+    await sleep_until(frame, wake_at)
+
+
+async def sleep_until(frame: Frame, wake_at: float) -> None:
+    """Wait until ``wake_at`` on the run's clock, durably for a time the caller journaled
+    (a resumed run waits only what remains): a worker's run parks when the wait is longer
+    than ``park_after`` (or the worker drains); elsewhere it waits in the process."""
+    journal = journal_of(frame.ctx)
+    clock = frame.ctx.clock
     while (remaining := wake_at - clock.time()) > 0:
         if _parks(journal.parking, remaining) or await _nap(clock, journal, remaining, None):
             await _park(wake_at)  # long, or the worker drains: another worker continues it

@@ -10,14 +10,14 @@ human first when the tool ``needs_approval``); the answer is parsed against the 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
 from .._core import _observe
-from .._core._frame import Position, position_of, use_frame
+from .._core._frame import Frame, Position, position_of, use_frame
 from .._core._jsondata import json_problem
 from .._core._money import pico_to_usd
 from .._core._threads import Message, MessageThread
@@ -25,16 +25,18 @@ from .._durable._effect import journaled, will_replay
 from .._durable._journal import journal_of
 from .._errors import (
     AgencyError,
+    StepFailedError,
     StepResultError,
     StructuredOutputError,
     ToolRoundsExceededError,
 )
 from .._guards import charge, gate
+from .._policies import with_policy
 from ._billing import bill
 from ._parsing import parse_structured
 from ._recorded import RECORDED_FAILURES
 from ._request import _request
-from ._tools import ValidationFailure
+from ._tools import Tool, ValidationFailure
 
 if TYPE_CHECKING:
     from ._call import _Call
@@ -218,9 +220,9 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
                 why = f": {answer.value}" if answer.value else ""
                 return f"The call of {chosen.name!r} was refused by a human{why}"
         try:
-            result = chosen.fn(**arguments)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await _called(chosen, arguments, tool_frame, path)
+        except StepFailedError as exc:  # its last attempt failed: the model reads it
+            return failed(f"{chosen.name} {exc}", exc)
         except AgencyError:
             raise
         except Exception as exc:  # the model reads what went wrong, and may try again
@@ -264,6 +266,26 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
         with obs.tool(name, tool_call.id, path, replayed) as watch:
             content = await unit()
     call.thread.push(Message.trusted("tool", content, tool_call_id=tool_call.id, name=name))
+
+
+async def _called(chosen: Tool, arguments: dict[str, Any], frame: Frame, path: str) -> Any:
+    """The tool's result: one call, or calls under its retry policy (each failed attempt
+    journaled under the call's path; the last failure raises StepFailedError)."""
+
+    def call() -> Any:
+        return chosen.fn(**arguments)
+
+    async def once(attempt: Callable[[], Any]) -> Any:
+        result = attempt()
+        return await result if inspect.isawaitable(result) else result
+
+    if chosen.retries is None:
+        return await once(call)
+    journal = journal_of(frame.ctx)
+    return await with_policy(
+        frame, journal, path, f"tool:{chosen.name}", chosen.retries, chosen.timeout, call, once,
+        record=False,
+    )  # fmt: skip
 
 
 def from_json_safe(text: str) -> Any:

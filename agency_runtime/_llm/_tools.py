@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import from_json
 
+from .._bounds import check_seconds
 from .._core._jsondata import json_problem
 from .._errors import InvalidArgumentError
+from .._policies import Retry, as_policy
 
 if TYPE_CHECKING:
     from ._provider import ToolSpec
@@ -47,6 +49,10 @@ class Tool:
     needs_approval: bool
     arguments: type[BaseModel]
     spec: ToolSpec
+    retries: Retry | None = None
+    """Durable retries of a failing call (``agency.tool(fn, retries=...)``), else none."""
+    timeout: float | None = None
+    """Seconds one call (one attempt) may take, else unbounded."""
 
     def parse(self, text: str) -> dict[str, Any]:
         """The model's arguments (JSON text) validated: the keyword arguments to call with.
@@ -132,7 +138,12 @@ def _arguments_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
 
 
 def _make(
-    fn: Callable[..., Any], name: str | None, description: str | None, needs_approval: bool
+    fn: Callable[..., Any],
+    name: str | None,
+    description: str | None,
+    needs_approval: bool,
+    retries: Retry | int | None = None,
+    timeout: float | None = None,
 ) -> Tool:
     if not callable(fn):
         raise InvalidArgumentError(f"a tool must be a function, got {type(fn).__name__}")
@@ -158,6 +169,8 @@ def _make(
         needs_approval=bool(needs_approval),
         arguments=arguments,
         spec=ToolSpec(name=chosen, description=text, parameters=schema),
+        retries=as_policy(retries, timeout),
+        timeout=None if timeout is None else check_seconds(timeout, "tool: timeout", positive=True),
     )
 
 
@@ -169,6 +182,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     needs_approval: bool = False,
+    retries: Retry | int | None = None,
+    timeout: float | None = None,
 ) -> Tool: ...
 
 
@@ -180,6 +195,8 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     needs_approval: bool = False,
+    retries: Retry | int | None = None,
+    timeout: float | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -190,16 +207,20 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     needs_approval: bool = False,
+    retries: Retry | int | None = None,
+    timeout: float | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """A tool for ``agency.llm(..., tools=[...])``: ``agency.tool(fn)`` or ``@agency.tool(...)``.
 
     ``name`` defaults to the function's name, ``description`` to its docstring's summary.
     With ``needs_approval``, every call first asks a ``std::tool-approval`` interrupt (data
     ``{"tool", "arguments"}``); a rejection tells the model the call was refused.
+    ``retries`` and ``timeout`` are a step's (``s.step``): a failing call is retried
+    durably, each failed attempt journaled; after the last one the model reads the failure.
     """
     if fn is None:
-        return lambda target: _make(target, name, description, needs_approval)
-    return _make(fn, name, description, needs_approval)
+        return lambda target: _make(target, name, description, needs_approval, retries, timeout)
+    return _make(fn, name, description, needs_approval, retries, timeout)
 
 
 def as_tools(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
