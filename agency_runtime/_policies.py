@@ -27,6 +27,7 @@ from pydantic import ConfigDict, field_validator
 from pydantic_core import from_json, to_json
 
 from ._bounds import check_seconds, check_whole
+from ._core import _observe
 from ._core._frame import Frame
 from ._durable._failures import encode_failure, register_failure
 from ._durable._journal import RunJournal
@@ -181,6 +182,8 @@ async def with_policy(
             last = number == policy.attempts
             due = None if last else frame.ctx.clock.time() + policy.delay(number)
             await _record_attempt(frame, journal, path, number, errors[-1], due)
+            if (obs := _observe.OBSERVER) is not None:
+                obs.retried(path, number, errors[-1]["type"], errors[-1]["message"], due)
     failure = StepFailedError(path, policy.attempts, errors)
     if record:
         await _record_failure(frame, journal, path, name, failure)

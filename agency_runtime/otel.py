@@ -264,6 +264,22 @@ class _Tracing:
         }
         return self._span(f"agency.interrupt {effect}", attributes, interrupt=True)
 
+    def retried(
+        self, path: str, attempt: int, error_type: str, message: str, due: float | None
+    ) -> None:
+        trace.get_current_span().add_event(
+            "agency.step.retry",
+            _attributes(
+                {
+                    "agency.step.path": path,
+                    "agency.step.attempt": attempt,
+                    "exception.type": error_type,
+                    "exception.message": message,
+                    "agency.step.next_attempt_at": due,
+                }
+            ),
+        )
+
     def guard(
         self, kind: str, guard_id: str, label: str | None, budget: float, spent: float
     ) -> AbstractContextManager[_Handle]:

@@ -85,6 +85,12 @@ class Observer(Protocol):
     ) -> AbstractContextManager[object]:
         """A guard over its budget: what is done about it (asked, granted, raised)."""
 
+    def retried(
+        self, path: str, attempt: int, error_type: str, message: str, due: float | None
+    ) -> None:
+        """Attempt ``attempt`` of the step at ``path`` failed (journaled); the next is due at
+        ``due`` (``None``: it was the last). Reported on the span around the step."""
+
 
 OBSERVER: Observer | None = None
 """The process's observer (``None``: nothing is observed)."""

@@ -559,3 +559,33 @@ async def test_a_child_runs_span_is_inside_its_parents_call(
     assert seen.parent(call) == parent
     assert child.context.trace_id == parent.context.trace_id
     assert seen.children(child) == ["agency.step one", "agency.step two"]
+
+
+async def retried_step() -> str:
+    tries: list[int] = []
+
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ConnectionError("down")
+        return "up"
+
+    async def body(s: ResumableScope) -> str:
+        return await s.step(flaky, name="flaky", retries=agency.Retry(attempts=2, backoff=0))
+
+    return await agency.with_resumable_scope("r", body)
+
+
+async def test_a_failed_attempt_is_an_event_on_the_span_around_the_step(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    result = await agency.run(retried_step, run_id="retry", store=store)
+    assert result.value == "up"
+    seen = Spans(spans)
+    run = seen.one(f"agency.run {ENTRY}retried_step")
+    [event] = [e for e in run.events if e.name == "agency.step.retry"]
+    attributes = dict(event.attributes or {})
+    assert attributes["agency.step.path"] == "r/0"
+    assert attributes["agency.step.attempt"] == 1
+    assert attributes["exception.type"] == "ConnectionError"
+    assert seen.names().count("agency.step flaky") == 2  # each attempt its own step span
