@@ -49,7 +49,6 @@ __all__ = [
     "Retry",
     "as_policy",
     "attempt_path",
-    "claim_attempts",
     "with_policy",
 ]
 
@@ -188,14 +187,6 @@ async def with_policy(
     if record:
         await _record_failure(frame, journal, path, name, failure)
     raise failure from first_error
-
-
-def claim_attempts(journal: RunJournal, path: str) -> None:
-    """Mark the failed attempts journaled under ``path`` replayed (its step replays whole)."""
-    number = 1
-    while (attempt := attempt_path(path, number)) in journal.entries:
-        journal.claimed.add(attempt)
-        number += 1
 
 
 def _bounded(fn: Callable[[], Any], seconds: float) -> Callable[[], Awaitable[Any]]:

@@ -48,7 +48,7 @@ from ._errors import (
     NondeterminismError,
     StepResultError,
 )
-from ._policies import Retry, as_policy, claim_attempts, with_policy
+from ._policies import Retry, as_policy, with_policy
 from ._types import DeferredModel
 
 __all__ = ["ResumableScope", "ResumableScopeOpts", "step_name", "with_resumable_scope"]
@@ -275,8 +275,6 @@ class ResumableScope:
                 journal.claimed.add(path)
             else:
                 recorded(journal, path, called, _where(sys._getframe(1)))
-            if retries is not None or timeout is not None:
-                claim_attempts(journal, path)
             adapter = return_adapter(fn, returns)
             decode = from_json if adapter is None else adapter.validate_json
             frame = current_frame("ResumableScope.step()")

@@ -156,10 +156,15 @@ class RunJournal:
 
     def replaying(self) -> bool:
         """Whether this execution has recorded events still ahead of it: steps (patch markers
-        aside) or interrupts (answered or pending) it has not replayed yet."""
+        aside) or interrupts (answered or pending) it has not replayed yet. An entry journaled
+        inside a unit this execution replayed whole (a step's own steps, an LLM call inside a
+        step, a step's failed attempts) is behind it with that unit."""
         claimed = self.claimed
         return (
-            any(path not in claimed and not path.startswith(PATCH_PREFIX) for path in self.entries)
+            any(
+                not path.startswith(PATCH_PREFIX) and not _covered(path, claimed)
+                for path in self.entries
+            )
             or any(key not in claimed for key in self.answers)
             or any(key not in claimed for key in self.pending)
         )
@@ -347,6 +352,19 @@ class PausedJournals:
 
 JOURNAL: Slot[RunJournal] = Slot("journal")
 """The run's journal, kept on its context (set by the run boundary)."""
+
+
+def _covered(path: str, claimed: set[str]) -> bool:
+    """Whether ``path``, or a unit it was journaled inside (a path it extends by ``/…``),
+    was claimed by this execution."""
+    if path in claimed:
+        return True
+    cut = path.rfind("/")
+    while cut > 0:
+        if path[:cut] in claimed:
+            return True
+        cut = path.rfind("/", 0, cut)
+    return False
 
 
 def journal_of(ctx: RuntimeContext) -> RunJournal:

@@ -137,3 +137,38 @@ async def test_patched_outside_a_run_and_with_bad_ids() -> None:
         with pytest.raises(InvalidArgumentError, match="change id"):
             await agency.with_test_context(lambda b=bad: agency.patched(b))  # type: ignore[misc]
     assert await agency.with_test_context(lambda: agency.patched("fine")) is True
+
+
+FAIL_ONCE = {"left": 1}
+
+
+async def nested_then_patch() -> str:
+    async def body(s: Any) -> str:
+        async def outer() -> str:
+            async def inner(t: Any) -> str:
+                return str(await t.step(_count("inner"), name="inner"))
+
+            return await agency.with_resumable_scope("inner", inner)
+
+        await s.step(outer, name="outer")  # a step whose own steps are journaled inside it
+        if NEW_CODE["on"] and agency.patched("after-outer"):
+            return "new"
+        if FAIL_ONCE["left"]:
+            FAIL_ONCE["left"] -= 1
+            raise RuntimeError("crash after the outer step")
+        return "old"
+
+    return str(await agency.with_resumable_scope("main", body))
+
+
+async def test_entries_inside_a_replayed_step_are_not_events_still_ahead(store: Store) -> None:
+    """A run that stopped right after a step with steps of its own never passed the patch
+    point after it: on resume the outer step replays whole (its inner step with it), nothing
+    recorded is ahead, so the run takes the new code."""
+    FAIL_ONCE["left"] = 1
+    failed = await agency.run(nested_then_patch, run_id="nested", store=store)
+    assert failed.status == "failed"
+    NEW_CODE["on"] = True
+    done = await agency.resume("nested", store=store)
+    assert (done.status, done.value) == ("completed", "new")
+    assert CALLS == {"inner": 1}
