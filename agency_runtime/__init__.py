@@ -70,6 +70,7 @@ from ._facade import agency
 from ._guards import CostGuard, TimeGuard
 from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
 from ._lazy import lazy_names
+from ._llm._mcp import McpServer
 from ._llm._model import Model
 from ._llm._registry import register_provider, unregister_provider
 from ._llm._stream import LLMStream
@@ -196,6 +197,7 @@ __all__ = [
     "LockReentryError",
     "LockTable",
     "LockTimeoutError",
+    "McpServer",
     "MemoryConfig",
     "MemoryIndex",
     "MemoryItem",

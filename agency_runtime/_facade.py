@@ -48,6 +48,7 @@ from ._core._threads import (
 from ._errors import InvalidArgumentError
 from ._guards import charge, cost_guard, time_guard, with_cost_guard, with_time_guard
 from ._interrupts import handler, interrupt, with_handler
+from ._llm import _mcp
 from ._llm._chat import llm as _llm
 from ._llm._model import Model as _Model
 from ._llm._model import register_model, unregister_model
@@ -62,6 +63,7 @@ from ._waits import sleep, wait_for_event
 if TYPE_CHECKING:
     from ._llm._call import TokenCallback
     from ._llm._chat import OnMaxToolRounds
+    from ._llm._mcp import McpServer
     from ._llm._tools import Tool
     from ._memory import MemoryNamespace
     from ._store import Store
@@ -160,6 +162,14 @@ class ThreadsNamespace:
         return None if frame is None else frame.threads.active()
 
 
+class McpNamespace:
+    """``agency.mcp``: the tools of MCP servers as toolsets for ``agency.llm(..., tools=[...])``
+    (extra ``mcp``; the SDK loads with the first listing or call)."""
+
+    stdio = staticmethod(_mcp.stdio)
+    http = staticmethod(_mcp.http)
+
+
 class Agency:
     """The ``agency`` namespace. Use the module-level instance, ``agency``."""
 
@@ -169,6 +179,7 @@ class Agency:
         self.runs = RunsNamespace()
         self.queues = QueuesNamespace()
         self.schedules = SchedulesNamespace()
+        self.mcp = McpNamespace()
 
     @functools.cached_property
     def memory(self) -> MemoryNamespace:
@@ -260,7 +271,7 @@ class Agency:
             max_tokens: int | None = ...,
             retries: int | None = ...,
             timeout: float | None = ...,
-            tools: builtins.list[Tool | Callable[..., Any]] | None = ...,
+            tools: builtins.list[Tool | McpServer | Callable[..., Any]] | None = ...,
             max_tool_rounds: int = ...,
             on_max_tool_rounds: OnMaxToolRounds = ...,
             on_token: TokenCallback | None = ...,
@@ -277,7 +288,7 @@ class Agency:
             max_tokens: int | None = ...,
             retries: int | None = ...,
             timeout: float | None = ...,
-            tools: builtins.list[Tool | Callable[..., Any]] | None = ...,
+            tools: builtins.list[Tool | McpServer | Callable[..., Any]] | None = ...,
             max_tool_rounds: int = ...,
             on_max_tool_rounds: OnMaxToolRounds = ...,
             on_token: TokenCallback | None = ...,
@@ -294,7 +305,7 @@ class Agency:
             max_tokens: int | None = ...,
             retries: int | None = ...,
             timeout: float | None = ...,
-            tools: builtins.list[Tool | Callable[..., Any]] | None = ...,
+            tools: builtins.list[Tool | McpServer | Callable[..., Any]] | None = ...,
             max_tool_rounds: int = ...,
             on_max_tool_rounds: OnMaxToolRounds = ...,
             on_token: TokenCallback | None = ...,

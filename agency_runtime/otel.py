@@ -242,16 +242,18 @@ class _Tracing:
         return self._span(f"chat {requested}", attributes, SpanKind.CLIENT)
 
     def tool(
-        self, name: str, call_id: str, path: str, replayed: bool
+        self, name: str, call_id: str, path: str, replayed: bool, *, server: str | None = None
     ) -> AbstractContextManager[_Handle]:
-        attributes = {
+        attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": name,
             "gen_ai.tool.call.id": call_id,
-            "gen_ai.tool.type": "function",
+            "gen_ai.tool.type": "function" if server is None else "extension",
             "agency.step.path": path,
             "agency.replayed": replayed,
         }
+        if server is not None:  # a tool of an MCP server (agency.mcp)
+            attributes["agency.mcp.server"] = server
         return self._span(f"execute_tool {name}", attributes)
 
     def interrupt(

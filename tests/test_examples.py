@@ -53,3 +53,28 @@ def test_the_sub_agents_example_pauses_on_the_writer_and_finishes(tmp_path: Path
     assert tree[2][0].endswith("/run#1")
     assert "the offline model was asked: {'draft': 1, 'notes': 1}" in done.stdout
     assert done.stdout.rstrip().endswith("Done.")
+
+
+def test_the_mcp_agent_calls_its_local_server_once_per_call_across_a_pause(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "AGENCY_STORE": f"sqlite:///{tmp_path}/mcp.db"}
+    env.pop("AGENCY_MODEL", None)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "mcp_agent.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(": paused")
+    assert "asks: The model wants to call write_note(" in lines[1]
+    assert lines[2].endswith("saved today's summary: Tea at 80 C.")
+    assert (
+        "tool steps: tool:notes.list_notes, tool:today, tool:notes.read_note, tool:notes.write_note"
+    ) in done.stdout
+    assert "the server ran: list_notes, read_note tea, write_note 2026-12-04" in done.stdout
+    assert done.stdout.rstrip().endswith("Done.")

@@ -71,9 +71,10 @@ class Observer(Protocol):
         answer (no request)."""
 
     def tool(
-        self, name: str, call_id: str, path: str, replayed: bool
+        self, name: str, call_id: str, path: str, replayed: bool, *, server: str | None = None
     ) -> AbstractContextManager[ToolWatch]:
-        """A tool the model called, executed or replayed."""
+        """A tool the model called, executed or replayed (``server``: the MCP server whose
+        tool it is, else ``None`` for a function)."""
 
     def interrupt(
         self, effect: str, interrupt_id: str, replayed: bool

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from .._core._frame import Frame
     from .._core._threads import MessageContent, MessageThread
+    from ._mcp import McpServer
     from ._model import Model
     from ._tools import Tool
 
@@ -35,6 +36,7 @@ class _Call:
         "adapter",
         "answer_at_max",
         "frame",
+        "functions",
         "max_rounds",
         "max_tokens",
         "model",
@@ -46,6 +48,8 @@ class _Call:
         "thread",
         "timeout",
         "tools",
+        "toolsets",
+        "unreachable",
     )
 
     def __init__(
@@ -60,6 +64,7 @@ class _Call:
         max_tokens: int | None,
         tools: dict[str, Tool],
         on_token: TokenCallback | None,
+        toolsets: tuple[McpServer, ...] = (),
     ) -> None:
         self.frame, self.path, self.thread, self.model = frame, path, thread, model
         self.schema, self.adapter, self.timeout, self.max_tokens = (
@@ -69,11 +74,22 @@ class _Call:
             max_tokens,
         )
         self.tools, self.on_token = tools, on_token
+        self.functions = tools
+        """The function tools (``tools`` is what the current round offers)."""
+        self.toolsets = toolsets
+        """The MCP servers whose tools each round lists (or replays)."""
+        self.unreachable: dict[str, str] = {}
+        """Why a server could not list its tools in the last live round, by name."""
         self.prompt: MessageContent = ""
         self.retries: int | None = None
         self.max_rounds = MAX_TOOL_ROUNDS
         self.answer_at_max = False
         """``on_max_tool_rounds="answer"``: a last round without tools after the last one."""
+
+    @property
+    def has_tools(self) -> bool:
+        """Whether the model may call tools (functions, or MCP servers' tools)."""
+        return bool(self.functions or self.toolsets)
 
 
 async def _emit(on_token: TokenCallback, delta: str) -> None:

@@ -39,6 +39,8 @@ from .._durable._journal import journal_of
 from .._errors import InvalidArgumentError, NoModelError
 from .._guards import gate
 from ._call import MAX_TOOL_ROUNDS, TokenCallback, _Call, _emit
+from ._mcp import McpServer
+from ._mcp import split as split_toolsets
 from ._model import Model, resolve_model
 from ._recorded import RECORDED_FAILURES
 from ._toolloop import _converse
@@ -145,7 +147,7 @@ async def llm(
     max_tokens: int | None = None,
     retries: int | None = None,
     timeout: float | None = None,
-    tools: list[Tool | Callable[..., Any]] | None = None,
+    tools: list[Tool | McpServer | Callable[..., Any]] | None = None,
     max_tool_rounds: int = MAX_TOOL_ROUNDS,
     on_max_tool_rounds: OnMaxToolRounds = "raise",
     on_token: TokenCallback | None = None,
@@ -161,7 +163,8 @@ async def llm(
     provider errors are retried separately. ``timeout`` bounds each request (seconds).
     An empty prompt returns ``""`` and does nothing else.
 
-    ``tools``: functions (or :func:`agency.tool <agency_runtime._llm._tools.tool>` values)
+    ``tools``: functions (or :func:`agency.tool <agency_runtime._llm._tools.tool>` values,
+    or MCP servers' toolsets: ``agency.mcp.stdio(...)``/``agency.mcp.http(...)``)
     the model may call (each request offers them with ``tool_choice="auto"`` unless the
     model's options choose). Each round's model answer and each tool execution are journaled
     steps of their own (``tool:<name>``), so a run resumed in the middle of the loop never
@@ -198,7 +201,7 @@ def begin(
     max_tokens: int | None = None,
     retries: int | None = None,
     timeout: float | None = None,
-    tools: list[Tool | Callable[..., Any]] | None = None,
+    tools: list[Tool | McpServer | Callable[..., Any]] | None = None,
     max_tool_rounds: int = MAX_TOOL_ROUNDS,
     on_max_tool_rounds: OnMaxToolRounds = "raise",
     on_token: TokenCallback | None = None,
@@ -222,7 +225,12 @@ def begin(
         )
     if on_token is not None and not callable(on_token):
         raise InvalidArgumentError(f"on_token must be a callable, got {type(on_token).__name__}")
-    chosen_tools = {} if tools is None else as_tools(tools)
+    toolsets: tuple[McpServer, ...] = ()
+    if tools is None:
+        chosen_tools: dict[str, Tool] = {}
+    else:
+        functions, toolsets = split_toolsets(tools)
+        chosen_tools = as_tools(functions)
     target = _resolve_thread(frame, thread)
     chosen = _resolve_model(frame, model)
     adapter = None if schema is None else _adapter(schema)
@@ -232,7 +240,17 @@ def begin(
     segment = qualify(branch, f"llm#{ordinal}")
     path = f"{address}/{segment}" if address else segment
     call = _Call(
-        frame, path, target, chosen, schema, adapter, timeout, max_tokens, chosen_tools, on_token
+        frame,
+        path,
+        target,
+        chosen,
+        schema,
+        adapter,
+        timeout,
+        max_tokens,
+        chosen_tools,
+        on_token,
+        toolsets,
     )
     call.prompt, call.retries, call.max_rounds = prompt, retries, rounds
     call.answer_at_max = on_max_tool_rounds == "answer"

@@ -33,6 +33,7 @@ from .._errors import (
 from .._guards import charge, gate
 from .._policies import with_policy
 from ._billing import bill
+from ._mcp import McpTool, offer, recorded, revive
 from ._parsing import parse_structured
 from ._recorded import RECORDED_FAILURES
 from ._request import _request
@@ -67,7 +68,7 @@ async def _converse(call: _Call) -> tuple[Any, str]:
     attempts = (1 if call.retries is None else call.retries) + 1
     attempt, rounds, turn, executed = 1, 0, 0, 0
     while True:
-        last = call.answer_at_max and bool(call.tools) and rounds >= max_rounds
+        last = call.answer_at_max and call.has_tools and rounds >= max_rounds
         text, calls = await _round(call, turn, "none" if last else None)
         turn += 1
         if calls:
@@ -90,7 +91,7 @@ async def _converse(call: _Call) -> tuple[Any, str]:
                     model=call.model.name,
                     attempts=rounds,
                 )
-            if call.tools:
+            if call.has_tools:
                 # a guard over budget stops the loop between rounds (asked at the round)
                 await gate(call.frame, f"{call.path}/round#{turn - 1}")
             for tool_call in calls:
@@ -125,21 +126,44 @@ async def _round(
     observer sees each request as a chat (the round's own step would only repeat it), and a
     replayed round as a replayed chat. ``tool_choice``: the runtime's own (``"none"``: the
     last round, which must answer).
+
+    With MCP toolsets a live round first lists their tools; the MCP tools it offered are
+    journaled with it (``"tools"``), and a replayed round offers those again
+    (:func:`~._mcp.revive`), asking no server.
     """
-    if not call.tools and _observe.OBSERVER is None:
+    if not call.has_tools and _observe.OBSERVER is None:
         return await _answer(call, None)  # the common case: no round unit, nobody watching
-    path = f"{call.path}/round#{turn}" if call.tools else call.path
+    path = f"{call.path}/round#{turn}" if call.has_tools else call.path
 
     async def ask() -> tuple[str, list[ToolCall]]:
+        if call.toolsets:
+            call.tools, call.unreachable = await offer(call.functions, call.toolsets, call.tools)
         obs = _observe.OBSERVER
         if obs is None:
             return await _answer(call, None, tool_choice)
         with obs.chat(call.model.model, call.model.name, path, False) as watch:
             return await _answer(call, watch, tool_choice)
 
-    if not call.tools:
+    if not call.has_tools:
         return await ask()
     from ._provider import ToolCall
+
+    def encode(outcome: tuple[str, list[ToolCall]]) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "text": outcome[0],
+            "calls": [[c.id, c.name, c.arguments] for c in outcome[1]],
+        }
+        if call.toolsets:
+            data["tools"] = recorded(call.tools.values())
+        return data
+
+    def decode(data: dict[str, Any]) -> tuple[str, list[ToolCall]]:
+        if call.toolsets:
+            call.tools = revive(call.functions, call.toolsets, list(data.get("tools") or ()))
+        return (
+            str(data["text"]),
+            [ToolCall(str(i), str(n), str(a)) for i, n, a in data["calls"]],
+        )
 
     def unit() -> Awaitable[tuple[str, list[ToolCall]]]:
         return journaled(
@@ -147,14 +171,8 @@ async def _round(
             path,
             "agency.llm:round",
             ask,
-            encode=lambda outcome: {
-                "text": outcome[0],
-                "calls": [[c.id, c.name, c.arguments] for c in outcome[1]],
-            },
-            decode=lambda data: (
-                str(data["text"]),
-                [ToolCall(str(i), str(n), str(a)) for i, n, a in data["calls"]],
-            ),
+            encode=encode,
+            decode=decode,
             callsite=call.model.name,
             failures=RECORDED_FAILURES,
             observed=False,
@@ -201,7 +219,13 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
     async def execute() -> str:
         if chosen is None:
             known = ", ".join(sorted(call.tools)) or "none"
-            return failed(f"there is no tool named {tool_call.name!r} (tools: {known})")
+            unreachable = "".join(
+                f"; the MCP server {name!r} could not list its tools: {why}"
+                for name, why in call.unreachable.items()
+            )
+            return failed(
+                f"there is no tool named {tool_call.name!r} (tools: {known}){unreachable}"
+            )
         try:
             arguments = chosen.parse(tool_call.arguments)
         except ValidationFailure as exc:
@@ -236,6 +260,8 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
         return result if isinstance(result, str) else to_json(result).decode()
 
     name = tool_call.name if chosen is None else chosen.name
+    step = tool_call.name if chosen is None else chosen.step_name
+    server = chosen.server if isinstance(chosen, McpTool) else None
     path = f"{call.path}/tool#{index}"
     # The call runs at its own address, like a scope step or a memory operation: what the
     # tool asks, calls or counts is numbered under it, apart from its caller's (a finished
@@ -250,7 +276,7 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
         return journaled(
             call.frame,
             path,
-            f"tool:{name}",
+            f"tool:{step}",
             in_frame,
             encode=lambda text: text,
             decode=str,
@@ -263,7 +289,7 @@ async def _run_tool(call: _Call, tool_call: ToolCall, index: int) -> None:
         content = await unit()
     else:
         replayed = will_replay(journal_of(call.frame.ctx), path)
-        with obs.tool(name, tool_call.id, path, replayed) as watch:
+        with obs.tool(name, tool_call.id, path, replayed, server=server) as watch:
             content = await unit()
     call.thread.push(Message.trusted("tool", content, tool_call_id=tool_call.id, name=name))
 

@@ -54,6 +54,11 @@ class Tool:
     timeout: float | None = None
     """Seconds one call (one attempt) may take, else unbounded."""
 
+    @property
+    def step_name(self) -> str:
+        """The name of a call's journaled unit (``tool:<step_name>``): the tool's name."""
+        return self.name
+
     def parse(self, text: str) -> dict[str, Any]:
         """The model's arguments (JSON text) validated: the keyword arguments to call with.
 
