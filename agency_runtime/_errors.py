@@ -297,6 +297,10 @@ class StepResultError(ResultSerializationError):
     """A resumable step returned a value that cannot be journaled as JSON."""
 
 
+class McpError(Exception):
+    """An MCP call failed (``isError``, a timeout, no server): the model reads it, as any tool's."""
+
+
 class StepFailedError(AgencyError):
     """A step with retries failed on its last attempt (``attempts``, each attempt's ``errors``)."""
 

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from pydantic_core import from_json
 
 from .._core._jsondata import json_problem
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, McpError
 from ._tools import Tool
 
 if TYPE_CHECKING:
@@ -49,10 +49,6 @@ DEFAULT_TIMEOUT = 60.0
 
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 _T = TypeVar("_T")
-
-
-class McpError(Exception):
-    """An MCP server answered a call with ``isError``, timed out or could not be reached."""
 
 
 def _clean(name: str) -> str:
