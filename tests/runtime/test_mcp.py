@@ -424,3 +424,36 @@ async def test_sessions_are_shared_per_configuration(demo: Demo, store: Store) -
         await agency.run(adds, run_id="s1", store=store)
         await agency.run(adds, run_id="s2", store=store)
     assert len(_mcp._HUB._sessions) == 1
+
+
+async def test_an_mcp_call_is_an_execute_tool_span_naming_its_server(
+    demo: Demo, store: Store
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agency_runtime import otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    server = demo.stdio(name="demo")
+
+    @agency.entry
+    async def adds() -> str:
+        return str(await agency.llm("add", model="fake/mcp", tools=[server]))
+
+    otel.instrument(provider)
+    try:
+        with FakeModel("mcp", replies=[[FakeToolCall("add", {"a": 1, "b": 2})], "3"]):
+            result = await agency.run(adds, run_id="spans", store=store)
+    finally:
+        otel.uninstrument()
+        provider.shutdown()
+    assert result.value == "3"
+    [span] = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+    attributes = dict(span.attributes or {})
+    assert attributes["agency.mcp.server"] == "demo"
+    assert attributes["gen_ai.tool.type"] == "extension"
+    assert span.name == "execute_tool add"
