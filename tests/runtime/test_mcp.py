@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 from agency_runtime import McpServer, SqliteStore, Store, agency, approve
 from agency_runtime._llm import _mcp
 from agency_runtime.testing import FakeModel, FakeRequest, FakeToolCall
+from tests.forked import ForkServer
 
 pytest.importorskip("mcp")
 pytestmark = pytest.mark.anyio
@@ -457,3 +459,54 @@ async def test_an_mcp_call_is_an_execute_tool_span_naming_its_server(
     assert attributes["agency.mcp.server"] == "demo"
     assert attributes["gen_ai.tool.type"] == "extension"
     assert span.name == "execute_tool add"
+
+
+KILLED_DURING_A_CALL = r"""
+import os, sys
+from agency_runtime import agency
+from agency_runtime.testing import FakeModel, FakeToolCall
+
+server = agency.mcp.stdio(sys.executable, [os.environ["SERVER"]], name="demo", env={
+    "MCP_COUNTER": os.environ["MCP_COUNTER"], "MCP_VERSION": os.environ["MCP_VERSION"],
+})
+
+
+@agency.entry
+async def pays() -> str:
+    return str(await agency.llm("pay, then wait", model="fake/killed", tools=[server]))
+
+
+if __name__ == "__main__":
+    # The resumed process replays the two recorded rounds: its model is asked once more.
+    replies = ["done"] if os.environ.get("RESUMED") else [
+        [FakeToolCall("pay", {"amount": 5, "to": "ada"})],
+        [FakeToolCall("slow", {"seconds": 3.0})],  # long enough for the kill to land inside
+        "done",
+    ]
+    with FakeModel("killed", replies=replies):
+        result = agency.run_sync(pays, run_id="killed", store="sqlite:///" + os.environ["DB"])
+    print(result.status, result.value)
+"""
+
+
+@pytest.mark.slow
+def test_a_run_killed_during_an_mcp_call_never_repeats_a_finished_one(
+    demo: Demo, tmp_path: Path, fork_server: ForkServer
+) -> None:
+    """SIGKILL while the second MCP call (``slow``) runs: the resumed run calls ``slow``
+    again (it was in flight) but never ``pay``, whose call was committed."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_DURING_A_CALL)
+    env = {**os.environ, **demo.env(), "SERVER": str(demo.script), "DB": str(tmp_path / "r.db")}
+    first = fork_server.start("script", script, env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while demo.ran() != ["pay 5 ada", "slow"]:  # the kill lands inside the slow call
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, f"no progress: {demo.ran()}"
+        time.sleep(0.01)  # a short, bounded poll of another process's file
+    first.kill()
+    assert first.wait(timeout=60) == -signal.SIGKILL
+    resumed = {**env, "RESUMED": "1"}
+    done = fork_server.run("script", script, env=resumed, cwd=tmp_path, timeout=90)
+    assert done.stdout.split() == ["completed", "done"], done.stderr
+    assert demo.ran() == ["pay 5 ada", "slow", "slow"]
