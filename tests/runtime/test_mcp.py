@@ -510,3 +510,20 @@ def test_a_run_killed_during_an_mcp_call_never_repeats_a_finished_one(
     done = fork_server.run("script", script, env=resumed, cwd=tmp_path, timeout=90)
     assert done.stdout.split() == ["completed", "done"], done.stderr
     assert demo.ran() == ["pay 5 ada", "slow", "slow"]
+
+
+async def test_llm_stream_takes_an_mcp_toolset_too(demo: Demo, store: Store) -> None:
+    server = demo.stdio(name="demo")
+
+    @agency.entry
+    async def streams() -> str:
+        pieces: list[str] = []
+        async for delta in agency.llm_stream("add", model="fake/mcp", tools=[server]):
+            pieces.append(delta)
+        return "".join(pieces)
+
+    replies = [[FakeToolCall("add", {"a": 4, "b": 5})], "nine"]
+    with FakeModel("mcp", replies=replies):
+        result = await agency.run(streams, run_id="stream", store=store)
+    assert (result.status, result.value) == ("completed", "nine")
+    assert demo.ran() == ["add 4 5"]
