@@ -42,7 +42,7 @@ notes = agency.mcp.stdio(
 
 
 def today() -> str:
-    """Today's date."""
+    """The date of today's note (fixed, so the offline model's script fits it every day)."""
     return "2026-12-04"
 
 

@@ -10,6 +10,23 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
+def _example(script: str, tmp_path: Path, store: str) -> subprocess.CompletedProcess[str]:
+    """Run ``examples/<script>`` as a user would: a fresh store in ``tmp_path``, the offline
+    model (``AGENCY_MODEL`` unset); it must exit 0."""
+    env = {**os.environ, "AGENCY_STORE": f"sqlite:///{tmp_path}/{store}"}
+    env.pop("AGENCY_MODEL", None)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_quickstart_runs_on_a_fresh_sqlite_store(tmp_path: Path) -> None:
     env = {**os.environ, "AGENCY_STORE": f"sqlite:///{tmp_path}/quick.db"}
     for attempt in ("first", "second"):  # a second start on the same store works too
@@ -31,17 +48,7 @@ def test_quickstart_runs_on_a_fresh_sqlite_store(tmp_path: Path) -> None:
 
 
 def test_the_sub_agents_example_pauses_on_the_writer_and_finishes(tmp_path: Path) -> None:
-    env = {**os.environ, "AGENCY_STORE": f"sqlite:///{tmp_path}/agents.db"}
-    env.pop("AGENCY_MODEL", None)
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "sub_agents.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _example("sub_agents.py", tmp_path, "agents.db")
     lines = done.stdout.splitlines()
     assert lines[0].endswith(": paused")
     assert "/run#1) asks: Publish this post?" in lines[1]
@@ -58,17 +65,7 @@ def test_the_sub_agents_example_pauses_on_the_writer_and_finishes(tmp_path: Path
 def test_the_mcp_agent_calls_its_local_server_once_per_call_across_a_pause(
     tmp_path: Path,
 ) -> None:
-    env = {**os.environ, "AGENCY_STORE": f"sqlite:///{tmp_path}/mcp.db"}
-    env.pop("AGENCY_MODEL", None)
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "mcp_agent.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _example("mcp_agent.py", tmp_path, "mcp.db")
     lines = done.stdout.splitlines()
     assert lines[0].endswith(": paused")
     assert "asks: The model wants to call write_note(" in lines[1]
