@@ -17,7 +17,7 @@ from pydantic_core import to_json
 
 from ..._clock import Clock
 from ..._types import RunRecord
-from .._rows import record_from, run_from, run_values
+from .._rows import record_from, run_from
 from .._wakeups import Wakeups
 from ._dialect import Dialect
 from ._program import Op, Result, Sql
@@ -32,7 +32,6 @@ __all__ = [
     "json_rows",
     "listed",
     "record",
-    "row_of",
 ]
 
 T = TypeVar("T")
@@ -150,11 +149,6 @@ class CoreBase(ABC):
             {**params, "run": run_id},
         )
         return sum(int(row[0]) for row in gone.rows), sum(int(row[1]) for row in gone.rows)
-
-
-def row_of(record: RunRecord) -> dict[str, Any]:
-    """``record`` as the parameters of ``VALUES``."""
-    return run_values(record)
 
 
 def record(row: Sequence[Any]) -> RunRecord:

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 from ..._errors import InvalidArgumentError, StoreError
 from ..._types import Claim, RunRecord
+from .._rows import run_values
 from .._rules import pick_claims, queued_record
-from ._base import COLS, VALUES, CoreBase, row_of
+from ._base import COLS, VALUES, CoreBase
 from ._base import record as run_record
 from ._program import Op, Sql
 
@@ -27,7 +28,7 @@ class QueuesCore(CoreBase):
 
         def work() -> Op[Claim]:
             stored = queued_record(record, (yield from self._now()))
-            if (yield Sql(query, row_of(stored))).rows:
+            if (yield Sql(query, run_values(stored))).rows:
                 return Claim(acquired=False, created=True, record=stored)
             existing = yield from self._fetch(record.run_id)
             if existing is None:  # deleted in between: runs are deleted only when final

@@ -7,9 +7,9 @@ from typing import Any
 
 from ..._errors import RunNotFoundError
 from ..._types import Checkpoint, Claim, RunRecord, RunStatus
-from .._rows import STEP_COLUMNS, error_json, interrupts_json, waiting_json
+from .._rows import STEP_COLUMNS, error_json, interrupts_json, run_values, waiting_json
 from .._rules import claim_decision
-from ._base import COLS, VALUES, CoreBase, listed, row_of
+from ._base import COLS, VALUES, CoreBase, listed
 from ._base import record as run_record
 from ._program import Op, Sql
 
@@ -46,7 +46,7 @@ class RunsCore(CoreBase):
                     inserted = yield Sql(
                         f"INSERT INTO {t}runs ({COLS}) VALUES ({VALUES}) "
                         "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                        row_of(stored),
+                        run_values(stored),
                     )
                     if not inserted.rows:
                         continue  # another claimant inserted it first: decide again
@@ -228,7 +228,7 @@ class RunsCore(CoreBase):
             ).one()
             assert row is not None
             forked = source.fork_as(new_run_id, cost_pico=int(row[0]), tokens=int(row[1]))
-            yield Sql(f"INSERT INTO {t}runs ({COLS}) VALUES ({VALUES})", row_of(forked))
+            yield Sql(f"INSERT INTO {t}runs ({COLS}) VALUES ({VALUES})", run_values(forked))
             others = ", ".join(STEP_COLUMNS[1:])
             yield Sql(
                 f"INSERT INTO {t}steps ({', '.join(STEP_COLUMNS)}) SELECT %(new)s, {others} "

@@ -9,11 +9,12 @@ from .._rows import (
     SCHEDULE_COLUMNS,
     listed_schedule,
     readable_schedules,
+    run_values,
     schedule_from,
     schedule_values,
 )
 from .._rules import queued_record
-from ._base import COLS, VALUES, CoreBase, row_of
+from ._base import COLS, VALUES, CoreBase
 from ._program import Op, Sql, changed_one
 
 __all__ = ["SchedulesCore"]
@@ -98,7 +99,7 @@ class SchedulesCore(CoreBase):
                 return False
             yield Sql(
                 f"INSERT INTO {d.t}runs ({COLS}) VALUES ({VALUES}) ON CONFLICT (run_id) DO NOTHING",
-                row_of(queued_record(run, now)),
+                run_values(queued_record(run, now)),
             )
             return True
 
