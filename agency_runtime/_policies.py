@@ -29,7 +29,8 @@ from pydantic_core import from_json, to_json
 from ._bounds import check_seconds, check_whole
 from ._core import _observe
 from ._core._frame import Frame
-from ._durable._failures import encode_failure, register_failure
+from ._durable._effect import record
+from ._durable._failures import register_failure
 from ._durable._journal import RunJournal
 from ._errors import (
     AgencyCancelledError,
@@ -41,7 +42,7 @@ from ._errors import (
     StepResultError,
 )
 from ._secrets import mask
-from ._types import DeferredModel, JournalEntry
+from ._types import DeferredModel
 from ._waits import sleep_until
 
 __all__ = [
@@ -238,9 +239,8 @@ async def _record_attempt(
     due: float | None,
 ) -> None:
     """Journal failed attempt ``number`` (its error, and when the next one is due)."""
-    result = {"attempt": number, **error, "due": due}
-    entry = _entry(frame, journal, attempt_path(path, number), ATTEMPT_UNIT, result, None)
-    await journal.commit_step(entry)
+    result = to_json({"attempt": number, **error, "due": due}).decode()
+    await record(frame, journal, attempt_path(path, number), ATTEMPT_UNIT, result)
 
 
 async def _record_failure(
@@ -248,30 +248,7 @@ async def _record_failure(
 ) -> None:
     """Journal the step's outcome under its own name: it failed after its last attempt
     (a replay raises it again)."""
-    entry = _entry(frame, journal, path, name, None, encode_failure(failure))
-    await journal.commit_step(entry)
-
-
-def _entry(
-    frame: Frame, journal: RunJournal, path: str, name: str, result: Any, error: str | None
-) -> JournalEntry:
-    return JournalEntry.from_row(
-        {
-            "run_id": journal.run_id or "",
-            "seq": journal.next_seq(),
-            "path": path,
-            "name": name,
-            "callsite": "",
-            "result": to_json(result).decode(),
-            "locals": None,
-            "scopes": None,
-            "deltas": None,
-            "error": error,
-            "cost_pico": 0,
-            "tokens": 0,
-            "created_at": frame.ctx.clock.time(),
-        }
-    )
+    await record(frame, journal, path, name, "null", failure)
 
 
 def _failed_fields(exc: StepFailedError) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from ._replay import replay_changes
 __all__ = [
     "journaled",
     "perform",
+    "record",
     "recorded",
     "replay",
     "replay_changes",
@@ -188,6 +189,19 @@ async def perform(
     if outer is not None and recorder.changes:
         outer.absorb(recorder, spend=False)
     return value
+
+
+async def record(
+    frame: Frame,
+    journal: RunJournal,
+    path: str,
+    name: str,
+    result: str,
+    failure: Exception | None = None,
+) -> None:
+    """Commit an entry at ``path`` for an outcome that ran no work of its own under it (a
+    step's failed attempt, the failure it ends with): no changes, no spend."""
+    await _commit(frame, journal, path, name, "", Recorder(), result, None, failure)
 
 
 async def _commit(
