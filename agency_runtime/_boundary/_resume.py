@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from pydantic import ValidationError
@@ -238,34 +239,39 @@ async def _asking_runs(
 
 
 _MAX_DEPTH_WALKED = 1000
-"""How many parents :func:`_descends_from` and :func:`_continue_parents` walk at most."""
+"""How many parents :func:`_parents` walks at most (a damaged store may hold a cycle)."""
+
+
+async def _parents(store: Store, record: RunRecord) -> AsyncGenerator[RunRecord, None]:
+    """``record``'s parent, its parent's, and so on up to the top-level run."""
+    parent_id = record.parent_id
+    for _ in range(_MAX_DEPTH_WALKED):
+        if parent_id is None:
+            return
+        parent = await store.get_run(parent_id)
+        if parent is None:
+            return
+        yield parent
+        parent_id = parent.parent_id
 
 
 async def _descends_from(store: Store, record: RunRecord, ancestor: str) -> bool:
     """Whether ``ancestor`` is ``record``'s parent, or its parent's, and so on."""
-    parent_id = record.parent_id
-    for _ in range(_MAX_DEPTH_WALKED):
-        if parent_id is None:
-            return False
-        if parent_id == ancestor:
-            return True
-        parent = await store.get_run(parent_id)
-        parent_id = None if parent is None else parent.parent_id
+    async with aclosing(_parents(store, record)) as parents:
+        async for parent in parents:
+            if parent.run_id == ancestor:
+                return True
     return False
 
 
 async def _continue_parents(store: Store, record: RunRecord) -> None:
     """Continue the paused runs above ``record`` (a child answered directly): each waits
     for it at its call, which now returns the child's outcome (or pauses again on it)."""
-    parent_id = record.parent_id
-    for _ in range(_MAX_DEPTH_WALKED):
-        if parent_id is None:
-            return
-        parent = await store.get_run(parent_id)
-        if parent is None or parent.status != "paused":
-            return
-        await _continue(store, parent)
-        parent_id = parent.parent_id
+    async with aclosing(_parents(store, record)) as parents:
+        async for parent in parents:
+            if parent.status != "paused":
+                return
+            await _continue(store, parent)
 
 
 async def _asked(
