@@ -21,6 +21,7 @@ from agency_runtime import (
     InvalidArgumentError,
     ResumableScope,
     Retry,
+    RunRecord,
     StepFailedError,
     Store,
     Worker,
@@ -184,28 +185,30 @@ async def slow_retry() -> str:
 
 
 async def test_a_worker_parks_a_run_during_a_long_backoff(
-    clocked: tuple[FakeClock, Store],
+    clocked: tuple[FakeClock, Store], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock, store = clocked
+    parked = anyio.Event()
+    finish = store.finish_run
+
+    async def seen(record: RunRecord, **options: Any) -> bool:
+        stored = await finish(record, **options)
+        if record.status == "waiting":
+            parked.set()
+        return stored
+
+    monkeypatch.setattr(store, "finish_run", seen)
     await agency.enqueue(slow_retry, run_id="parked", store=store)
     async with serving(Worker(store, poll=0.05, park_after=1)):
-        await wait_for_status(store, "parked", "waiting")
+        with anyio.fail_after(30):
+            await parked.wait()
         record = await store.get_run("parked")
         assert record is not None
+        assert record.status == "waiting"
         assert record.wake_at == pytest.approx(TRIES[0] + 3600)
         clock.advance(3600)
         done = await agency.runs.wait("parked", store=store, timeout=30)
     assert (done.status, done.value, len(TRIES)) == ("completed", "charged", 2)
-
-
-async def wait_for_status(store: Store, run_id: str, status: str) -> None:
-    async def has() -> bool:
-        record = await store.get_run(run_id)
-        return record is not None and record.status == status
-
-    with anyio.fail_after(30):
-        while not await has():  # noqa: ASYNC110 - the worker's progress, in the store
-            await anyio.sleep(0.01)
 
 
 KILLED = r"""
