@@ -11,6 +11,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "InvalidArgumentError",
+    "SlackError",
+    "SlackRateLimitedError",
     "TurnKitError",
     "TurnMemoryError",
     "TurnPausedError",
@@ -45,3 +47,22 @@ class TurnPausedError(TurnKitError):
             f"the turn (run {result.run_id!r}) paused on interrupt(s) {ids}; answer them with "
             "`await agency.respond_to_interrupts(error.result, answers)` to finish the turn"
         )
+
+
+class SlackError(TurnKitError):
+    """The Slack Web API refused a call (its ``error`` code is in the message, as ``code``)."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SlackRateLimitedError(SlackError):
+    """Slack answered 429 more often than the call was allowed to wait it out.
+
+    ``retry_after`` is the wait Slack asked for (its ``Retry-After`` header), in seconds.
+    """
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message, code="ratelimited")
+        self.retry_after = retry_after

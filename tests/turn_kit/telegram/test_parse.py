@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from agency_runtime import InvalidArgumentError
+from turn_kit import _chunks
 from turn_kit._identity import _JS_WHITESPACE
-from turn_kit.telegram import _parse
 from turn_kit.telegram._parse import (
     TelegramMessage,
     bare_telegram_chat_id,
@@ -329,13 +329,13 @@ class _Scanned(str):
 
 def test_a_megabyte_is_chunked_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
     text = ("Hello 😀 world, line of text\n" * 40000)[:1_000_000]
-    real = _parse._code_units
+    real = _chunks._code_units
 
     def counted(text: str) -> tuple[str, bool]:
         code_units, astral = real(text)
         return _Scanned(code_units), astral
 
-    monkeypatch.setattr(_parse, "_code_units", counted)
+    monkeypatch.setattr(_chunks, "_code_units", counted)
     _Scanned.read = 0
     chunks = chunk_telegram_text(text)
     assert all(units(chunk) <= 4096 for chunk in chunks)
