@@ -73,6 +73,7 @@ from .._context_providers import TurnContextProvider
 from .._errors import TurnKitError
 from .._history import TurnMemoryOptions
 from .._identity import conversation_key, js_trim
+from .._pace import Pace, retry_after
 from .._runner import TurnArgs, TurnResult, create_turn_runner
 from .._util import field, maybe_await
 from ._parse import (
@@ -86,7 +87,6 @@ from ._redact import install_token_redaction, scrub_exception
 from ._transport import (
     BotApiTransport,
     TelegramDelivery,
-    TelegramRateLimitedError,
     cloud_telegram_transport_from_env,
     send_chunk,
 )
@@ -256,51 +256,6 @@ async def _send_chunks(
     return await agency.with_resumable_scope("telegram-send", body)
 
 
-def _retry_after(exc: BaseException) -> float | None:
-    """The ``retry_after`` of a rate-limit error a transport raised, else ``None``."""
-    if isinstance(exc, TelegramRateLimitedError):
-        return exc.retry_after
-    value = getattr(exc, "retry_after_seconds", None)
-    if value is None:
-        value = getattr(exc, "retry_after", None)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return max(0.0, float(value))
-
-
-class _Pace:
-    """When each chat may get its next preview edit (``anyio.current_time()``)."""
-
-    _PRUNE_AT = 1024
-
-    def __init__(self) -> None:
-        # chat -> (due at, the wait it was, whether Telegram asked for it: a 429)
-        self._next: dict[str, tuple[float, float, bool]] = {}
-
-    def remaining(self, chat: str, *, rate_limited_only: bool = False) -> float:
-        """Seconds until ``chat`` may get an edit (``0.0``: now); with ``rate_limited_only``,
-        only a 429's hold counts."""
-        entry = self._next.get(chat)
-        if entry is None:
-            return 0.0
-        due, wait, limited = entry
-        left = due - anyio.current_time()
-        if left <= 0 or left > wait:  # due, or set on another event loop's clock
-            del self._next[chat]
-            return 0.0
-        return 0.0 if rate_limited_only and not limited else left
-
-    def ready(self, chat: str) -> bool:
-        return self.remaining(chat) == 0.0
-
-    def hold(self, chat: str, wait: float, *, rate_limited: bool = False) -> None:
-        """No edit in ``chat`` for ``wait`` seconds from now."""
-        now = anyio.current_time()
-        if len(self._next) >= self._PRUNE_AT:
-            self._next = {c: e for c, e in self._next.items() if e[0] > now}
-        self._next[chat] = (now + wait, wait, rate_limited)
-
-
 class _Preview:
     """One streamed turn's preview message (``stream=True``; see the module docstring).
 
@@ -316,7 +271,7 @@ class _Preview:
         *,
         chunk_limit: int,
         interval: float,
-        pace: _Pace,
+        pace: Pace,
     ) -> None:
         self.transport = transport
         self.chat = bare_telegram_chat_id(message.chat_id)
@@ -393,7 +348,7 @@ class _Preview:
             )
         except Exception as exc:
             scrub_exception(exc)
-            wait = _retry_after(exc)
+            wait = retry_after(exc)
             if wait is not None:  # Telegram asked for a pause: no edit before it is over
                 self.pace.hold(self.chat, max(wait, self.interval), rate_limited=True)
                 return
@@ -463,7 +418,7 @@ class TelegramTurnAdapter:
         self.typing = typing
         self.stream = stream
         self.stream_interval = stream_interval
-        self._pace = _Pace()
+        self._pace = Pace()
         self._warned_no_edit = False
         self._warned_no_owner = False
         install_token_redaction()
