@@ -23,7 +23,8 @@ conversation included; a message sent while a turn is in flight is recalled by t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote
 
@@ -39,6 +40,7 @@ from ._identity import TurnConversation, as_conversation, conversation_tag, js_t
 from ._util import maybe_await
 
 if TYPE_CHECKING:
+    from .slack import SlackApiTransport
     from .telegram import TelegramTransport
 
 __all__ = ["ProactiveResult", "send_proactive"]
@@ -50,7 +52,8 @@ class ProactiveResult(DeferredModel):
     """What :func:`send_proactive` returns (the same on a replay as on the first run).
 
     ``receipt`` is the delivery's journaled receipt: a
-    :class:`~turn_kit.telegram.TelegramDelivery` for a Telegram transport, else the JSON
+    :class:`~turn_kit.telegram.TelegramDelivery` for a Telegram transport, a
+    :class:`~turn_kit.slack.SlackDelivery` for a Slack transport, else the JSON
     projection of what the deliver callable returned. ``memory_saved`` is whether the message
     was remembered in the conversation (confirmed by the memory's receipt).
     """
@@ -74,22 +77,77 @@ def _project(receipt: Any) -> Any:
     return from_json(to_json(receipt, fallback=repr))
 
 
-def _telegram_target(conversation: TurnConversation) -> tuple[str, str | None]:
-    """The chat id and topic of a Telegram conversation (``conversation_key(chat, thread)``)."""
-    if js_trim(conversation.transport) != "telegram":
+def _parts(conversation: TurnConversation, surface: str) -> tuple[str, str | None]:
+    """The root and thread of a conversation of ``surface`` (``conversation_key(root,
+    thread)``), refusing a conversation of another transport."""
+    label = surface.capitalize()
+    if js_trim(conversation.transport) != surface:
         raise InvalidArgumentError(
-            "send_proactive: a Telegram transport (an object with send_message) sends to "
-            "Telegram conversations only, got a conversation of transport "
-            f"{conversation.transport!r}; pass a deliver callable for other transports"
+            f"send_proactive: a {label} transport sends to {label} conversations only, got a "
+            f"conversation of transport {conversation.transport!r}; pass a deliver callable "
+            "for other transports"
         )
     root, _, thread = js_trim(conversation.id).partition(":")
-    chat = js_trim(unquote(root))
-    if not chat:
+    where = js_trim(unquote(root))
+    if not where:
         raise InvalidArgumentError(
-            f"send_proactive: the Telegram conversation id {conversation.id!r} names no chat"
+            f"send_proactive: the {label} conversation id {conversation.id!r} names no "
+            f"{'channel' if surface == 'slack' else 'chat'}"
         )
     topic = js_trim(unquote(thread))
-    return chat, topic or None
+    return where, topic or None
+
+
+@dataclass(frozen=True)
+class _Surface:
+    """A first-party transport's durable, chunked send and the receipt type it journals."""
+
+    send: Callable[[str], Awaitable[BaseModel]]
+    receipt: type[BaseModel]
+
+    @staticmethod
+    def confirmed(delivery: Any) -> bool:
+        """Whether every chunk arrived with an id (Telegram's or Slack's receipt)."""
+        ids = getattr(delivery, "message_ids", None) or getattr(delivery, "message_ts", None)
+        return bool(delivery.ok and ids)
+
+
+def _surface(transport: object, conversation: TurnConversation) -> _Surface | None:
+    """The first-party surface ``transport`` sends to (``None``: a deliver callable)."""
+    if callable(getattr(transport, "post_message", None)):
+        from .slack import SlackDelivery, send_slack_durably  # lazily: turn_kit stays cheap
+
+        channel, thread = _parts(conversation, "slack")
+        if thread is None:
+            raise InvalidArgumentError(
+                "send_proactive: a Slack conversation is a thread, conversation_key(channel, "
+                f"thread_ts), as the Slack adapter makes it; {conversation.id!r} has no thread"
+            )
+        slack_thread = thread
+
+        async def post(text: str) -> BaseModel:
+            return await send_slack_durably(transport, channel, text, thread_ts=slack_thread)
+
+        return _Surface(post, SlackDelivery)
+    if callable(getattr(transport, "send_message", None)):
+        from .telegram import TelegramDelivery, send_durably
+
+        chat_id, thread_id = _parts(conversation, "telegram")
+
+        async def send(text: str) -> BaseModel:
+            return await send_durably(transport, chat_id, text, thread_id=thread_id)
+
+        return _Surface(send, TelegramDelivery)
+    if callable(transport):
+        return None
+    raise InvalidArgumentError(
+        "send_proactive needs transport=: a Telegram transport (an object with async "
+        "send_message(chat_id, text, *, reply_to_message_id=None, thread_id=None), such as "
+        "BotApiTransport or the adapter's transport), a Slack transport (async "
+        "post_message(channel, text, *, thread_ts=None, key=None), such as SlackApiTransport) "
+        "or a deliver callable taking the text and returning a receipt, got "
+        f"{type(transport).__name__}"
+    )
 
 
 def _check_text(text: object) -> str:
@@ -103,27 +161,13 @@ def _check_text(text: object) -> str:
     return trimmed
 
 
-def _check_transport(transport: object) -> bool:
-    """Whether ``transport`` is a Telegram transport (else it is a deliver callable)."""
-    if callable(getattr(transport, "send_message", None)):
-        return True
-    if callable(transport):
-        return False
-    raise InvalidArgumentError(
-        "send_proactive needs transport=: a Telegram transport (an object with async "
-        "send_message(chat_id, text, *, reply_to_message_id=None, thread_id=None), such as "
-        "BotApiTransport or the adapter's transport) or a deliver callable taking the text and "
-        f"returning a receipt, got {type(transport).__name__}"
-    )
-
-
 async def send_proactive(
     ctx: Any,
     *,
     namespace: str,
     conversation: TurnConversation | dict[str, str],
     text: str,
-    transport: TelegramTransport | Callable[[str], Any],
+    transport: TelegramTransport | SlackApiTransport | Callable[[str], Any],
     store: str | Store | None = None,
     memory: TurnMemoryOptions | Mapping[str, Any] | Literal[False] | None = None,
     confirm_delivery: Callable[[Any], Any] | None = None,
@@ -143,7 +187,11 @@ async def send_proactive(
         transport: A Telegram transport (an object with async ``send_message``, e.g.
             :class:`~turn_kit.telegram.BotApiTransport` or the adapter's ``transport``): the
             text goes to the conversation's chat (and topic) in chunks, each chunk a journaled
-            step, and a chunk whose send timed out is never resent. Or a deliver callable
+            step, and a chunk whose send timed out is never resent. Or a Slack transport (an
+            object with async ``post_message``, e.g. :class:`~turn_kit.slack.SlackApiTransport`
+            or the Slack adapter's ``transport``): the text goes into the conversation's
+            thread (``conversation_key(channel, thread_ts)``) the same way, each chunk posted
+            once (:func:`~turn_kit.slack.send_slack_durably`). Or a deliver callable
             ``deliver(text) -> receipt`` (sync or async), as ``TurnRunner.run`` takes it.
         store: Where the run lives when ``send_proactive`` is called outside a run: it then
             runs as a durable run of its own (as a turn does). Inside a run (an entry, a
@@ -153,7 +201,8 @@ async def send_proactive(
             remembering; ``None`` uses the defaults.
         confirm_delivery: ``confirm_delivery(receipt)`` (sync or async) must be truthy for
             the delivery to count. It is called once, on the live receipt (a
-            :class:`~turn_kit.telegram.TelegramDelivery` for a Telegram transport, which must
+            :class:`~turn_kit.telegram.TelegramDelivery` or
+            :class:`~turn_kit.slack.SlackDelivery` for a first-party transport, which must
             also have every chunk's message id); its verdict is journaled with the delivery.
 
     Exactly once per calling step: the send is a journaled step, so a run replayed or resumed
@@ -173,8 +222,7 @@ async def send_proactive(
     message = _check_text(text)
     chat = as_conversation(conversation)
     tag = conversation_tag(namespace, chat)
-    telegram = _check_transport(transport)
-    target = _telegram_target(chat) if telegram else None
+    surface = _surface(transport, chat)
     options = None if memory is False else memory_options(memory)
     if confirm_delivery is not None and not callable(confirm_delivery):
         raise InvalidArgumentError(
@@ -192,12 +240,9 @@ async def send_proactive(
         return confirm_delivery is None or bool(await maybe_await(confirm_delivery(receipt)))
 
     async def deliver() -> _Delivered:
-        if target is not None:
-            from .telegram import send_durably  # lazily: importing turn_kit stays cheap
-
-            chat_id, thread_id = target
-            delivery = await send_durably(transport, chat_id, message, thread_id=thread_id)
-            ok = delivery.ok and bool(delivery.message_ids) and await confirmed(delivery)
+        if surface is not None:
+            delivery = await surface.send(message)
+            ok = surface.confirmed(delivery) and await confirmed(delivery)
             return _Delivered(receipt=delivery.model_dump(), confirmed=ok)
         receipt = await maybe_await(cast("Callable[[str], Any]", transport)(message))
         return _Delivered(receipt=_project(receipt), confirmed=await confirmed(receipt))
@@ -205,10 +250,8 @@ async def send_proactive(
     async def body(s: ResumableScope) -> ProactiveResult:
         delivered: _Delivered = await s.step(deliver, name="deliver", returns=_Delivered)
         receipt = delivered.receipt
-        if target is not None:
-            from .telegram import TelegramDelivery
-
-            receipt = TelegramDelivery.model_validate(receipt)
+        if surface is not None:
+            receipt = surface.receipt.model_validate(receipt)
         if not delivered.confirmed:
             log_event(ctx, "error", "proactive-unconfirmed", namespace=slug)
             raise UnconfirmedTurnDeliveryError(
@@ -241,10 +284,8 @@ async def send_proactive(
     if result.status == "completed":
         value = result.value
         assert isinstance(value, ProactiveResult)
-        if target is not None and not isinstance(value.receipt, BaseModel):
-            from .telegram import TelegramDelivery  # the run's stored result is JSON
-
-            value.receipt = TelegramDelivery.model_validate(value.receipt)
+        if surface is not None and not isinstance(value.receipt, BaseModel):
+            value.receipt = surface.receipt.model_validate(value.receipt)  # stored as JSON
         return value
     if result.exception is not None:
         raise result.exception

@@ -300,32 +300,15 @@ class TurnRunner:
         parsed message). ``stream``: a :class:`TurnStream` the reply streams to while
         ``respond`` runs (``turn.on_token``); without it nothing is streamed.
         """
-        if not isinstance(input, str):
-            raise InvalidArgumentError(f"turn input must be a string, got {type(input).__name__}")
-        text = js_trim(input)
-        if not text:
-            raise InvalidArgumentError("turn input cannot be empty")
-        for what, fn in (("respond", respond), ("deliver", deliver)):
-            if not callable(fn):
-                raise InvalidArgumentError(f"run() needs {what}: a callable")
-        if stream is not None and not isinstance(stream, TurnStream):
-            raise InvalidArgumentError(
-                "stream must have async token(delta), snapshot() and restore(data), "
-                f"got {type(stream).__name__}"
-            )
-        chat = as_conversation(conversation)
-        tag = conversation_tag(self.namespace, chat)
+        text, chat, tag = self._check(conversation, input, respond, deliver, stream)
         run_id = None if message_id is None else f"{tag}#{js_encode(str(message_id))}"
         live = _Live()
 
         async def turn(turn_input: str) -> TurnResult:
-            async def body(s: ResumableScope) -> TurnResult:
-                return await self._steps(
-                    s, ctx, chat, tag, turn_input, respond, deliver, acknowledge,
-                    confirm_delivery, message, live, stream,
-                )  # fmt: skip
-
-            return await agency.with_resumable_scope("turn", body)
+            return await self._turn(
+                ctx, chat, tag, turn_input, respond, deliver, acknowledge,
+                confirm_delivery, message, live, stream,
+            )  # fmt: skip
 
         async with self._hold(tag):  # queue first: before the run is claimed
             live.locked = True
@@ -346,6 +329,71 @@ class TurnRunner:
         if result.exception is not None:
             raise result.exception
         return result.unwrap()  # raises RunFailedError
+
+    def _check(
+        self,
+        conversation: TurnConversation | dict[str, str],
+        input: str,
+        respond: Callable[[TurnArgs], Any],
+        deliver: Callable[[str], Any],
+        stream: TurnStream | None,
+    ) -> tuple[str, TurnConversation, str]:
+        """The turn's trimmed input, conversation and tag; raises for unusable arguments."""
+        if not isinstance(input, str):
+            raise InvalidArgumentError(f"turn input must be a string, got {type(input).__name__}")
+        text = js_trim(input)
+        if not text:
+            raise InvalidArgumentError("turn input cannot be empty")
+        for what, fn in (("respond", respond), ("deliver", deliver)):
+            if not callable(fn):
+                raise InvalidArgumentError(f"run() needs {what}: a callable")
+        if stream is not None and not isinstance(stream, TurnStream):
+            raise InvalidArgumentError(
+                "stream must have async token(delta), snapshot() and restore(data), "
+                f"got {type(stream).__name__}"
+            )
+        chat = as_conversation(conversation)
+        return text, chat, conversation_tag(self.namespace, chat)
+
+    async def run_steps(
+        self,
+        ctx: Any,
+        *,
+        conversation: TurnConversation | dict[str, str],
+        input: str,
+        respond: Callable[[TurnArgs], Any],
+        deliver: Callable[[str], Any],
+        acknowledge: Callable[[str], Any] | None = None,
+        confirm_delivery: Callable[[Any], Any] | None = None,
+        message: Any = None,
+        stream: TurnStream | None = None,
+    ) -> TurnResult:
+        """The turn's steps in the calling run, for an entry that *is* the turn — a turn
+        queued with ``agency.enqueue`` and run by a worker (the Slack events app's turns).
+
+        The same steps as :meth:`run` (recall, context, respond, deliver, save; the
+        conversation's lock taken inside the run), without starting a run of its own: the
+        run's id is the caller's (:meth:`run_id_for` gives the one :meth:`run` would use).
+        Raises :class:`InvalidArgumentError` outside a run.
+        """
+        text, chat, tag = self._check(conversation, input, respond, deliver, stream)
+        if agency.ctx_maybe() is None:
+            raise InvalidArgumentError(
+                "run_steps() runs a turn's steps inside a run (an entry a worker runs); "
+                "outside one, use run()"
+            )
+        return await self._turn(
+            ctx, chat, tag, text, respond, deliver, acknowledge,
+            confirm_delivery, message, _Live(), stream,
+        )  # fmt: skip
+
+    async def _turn(self, *args: Any) -> TurnResult:
+        """The turn's resumable scope ``turn`` around :meth:`_steps` (``args`` are its own)."""
+
+        async def body(s: ResumableScope) -> TurnResult:
+            return await self._steps(s, *args)
+
+        return await agency.with_resumable_scope("turn", body)
 
     async def _steps(
         self,
