@@ -25,7 +25,7 @@ def _fresh(code: str) -> str:
 
 HEAVY = (
     # provider and transport libraries, imported by the first call that needs them
-    "litellm", "openai", "telegram", "httpx",
+    "litellm", "openai", "telegram", "httpx", "slack_sdk", "aiohttp",
     # the extras: PostgreSQL, the run inspector, tracing, schedules
     "psycopg", "psycopg_pool", "starlette", "uvicorn", "opentelemetry", "croniter",
     # what an event loop or a feature brings, not the import: asyncio (trio programs never
@@ -36,6 +36,7 @@ HEAVY = (
     "agency_runtime._store._postgres", "agency_runtime._store._sqlite",
     "agency_runtime._store._memory", "agency_runtime._memory", "agency_runtime._llm._provider",
     "agency_runtime._llm._litellm", "agency_runtime._fakes", "turn_kit.telegram",
+    "turn_kit.slack",
 )  # fmt: skip
 """Modules ``import agency_runtime, turn_kit`` must not load (issue 17: the import's cost)."""
 

@@ -10,6 +10,11 @@ import anyio
 __all__ = ["Pace", "retry_after"]
 
 
+def _now() -> float:
+    """The event loop's clock (tests replace this to move time by hand)."""
+    return anyio.current_time()
+
+
 def retry_after(exc: BaseException) -> float | None:
     """The wait a rate-limit error a transport raised asks for (its ``retry_after_seconds``
     or ``retry_after``, in seconds), else ``None``."""
@@ -22,7 +27,7 @@ def retry_after(exc: BaseException) -> float | None:
 
 
 class Pace:
-    """When each chat may get its next streamed-preview edit (``anyio.current_time()``)."""
+    """When each chat may get its next streamed-preview edit (on the event loop's clock)."""
 
     _PRUNE_AT = 1024
 
@@ -37,7 +42,7 @@ class Pace:
         if entry is None:
             return 0.0
         due, wait, limited = entry
-        left = due - anyio.current_time()
+        left = due - _now()
         if left <= 0 or left > wait:  # due, or set on another event loop's clock
             del self._next[chat]
             return 0.0
@@ -48,7 +53,7 @@ class Pace:
 
     def hold(self, chat: str, wait: float, *, rate_limited: bool = False) -> None:
         """No edit in ``chat`` for ``wait`` seconds from now."""
-        now = anyio.current_time()
+        now = _now()
         if len(self._next) >= self._PRUNE_AT:
             self._next = {c: e for c, e in self._next.items() if e[0] > now}
         self._next[chat] = (now + wait, wait, rate_limited)
