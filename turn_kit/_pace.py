@@ -15,6 +15,10 @@ def _now() -> float:
     return anyio.current_time()
 
 
+_sleep = anyio.sleep
+"""How a pace waits (tests replace this, with ``_now``, to wait on a fake clock)."""
+
+
 def retry_after(exc: BaseException) -> float | None:
     """The wait a rate-limit error a transport raised asks for (its ``retry_after_seconds``
     or ``retry_after``, in seconds), else ``None``."""
@@ -47,6 +51,12 @@ class Pace:
             del self._next[chat]
             return 0.0
         return 0.0 if rate_limited_only and not limited else left
+
+    async def wait_out_limit(self, chat: str) -> None:
+        """Wait until a 429's hold on ``chat`` is over (an interval's hold is not waited)."""
+        wait = self.remaining(chat, rate_limited_only=True)
+        if wait > 0:
+            await _sleep(wait)
 
     def ready(self, chat: str) -> bool:
         return self.remaining(chat) == 0.0

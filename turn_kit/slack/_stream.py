@@ -21,8 +21,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import anyio
-
 from .._chunks import chunk_text
 from .._errors import SlackRateLimitedError
 from .._identity import js_trim
@@ -138,7 +136,7 @@ class SlackPreview:
         assert self.ts is not None
         if chunk == self.shown:
             return self.ts
-        await anyio.sleep(self.pace.remaining(self.channel, rate_limited_only=True))
+        await self.pace.wait_out_limit(self.channel)
         sent, edited = await edit_or_post(
             self.transport, self.channel, self.thread_ts, self.ts, chunk, key
         )

@@ -55,7 +55,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
-import anyio
 from pydantic import ConfigDict
 
 from agency_runtime import (
@@ -380,7 +379,7 @@ class _Preview:
         if chunk == self.shown:
             return self.message_id  # never edited to the text it shows
         # At once (the interval paces the preview only), but never inside a 429's pause.
-        await anyio.sleep(self.pace.remaining(self.chat, rate_limited_only=True))
+        await self.pace.wait_out_limit(self.chat)
         sent, edited = await _edit_or_send(
             self.transport, self.chat, self.message_id, chunk,
             reply_to_message_id=self.reply_to, thread_id=self.thread,
