@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Literal
+from urllib.parse import unquote
 
 import anyio
 from pydantic import ConfigDict
@@ -41,6 +42,7 @@ from agency_runtime import (
     agency,
 )
 
+from .. import _runner
 from .._context_providers import TurnContextProvider
 from .._history import TurnMemoryOptions
 from .._identity import conversation_key
@@ -55,6 +57,9 @@ from ._transport import SlackApiTransport, SlackIdentity
 __all__ = ["SlackHandleResult", "SlackTurnAdapter", "create_slack_turn_adapter"]
 
 logger = logging.getLogger("turn_kit.slack")
+
+_EARLIER_SCAN = 10_000
+"""How many queued (and running) runs of the store a turn looks through for its thread's."""
 
 _IDENTITY_RETRY_SECONDS = 30.0
 """How long after a failed ``auth.test`` the adapter asks again (it answers meanwhile)."""
@@ -214,8 +219,48 @@ class SlackTurnAdapter:
     async def run_turn(
         self, ctx: Any, message: SlackMessage, respond: Callable[[TurnArgs], Any]
     ) -> TurnResult:
-        """Run ``message``'s turn in the calling run (the queued run a worker claimed)."""
+        """Run ``message``'s turn in the calling run (the queued run a worker claimed), once
+        the earlier turns of its thread are done (:meth:`after_earlier_turns`)."""
+        await self.after_earlier_turns(message)
         return await self._turn(ctx, message, respond, inline=False)
+
+    async def after_earlier_turns(self, message: SlackMessage) -> None:
+        """Wait until no earlier message of ``message``'s thread has a turn queued or running.
+
+        The conversation's lock runs one turn at a time, in the order they take their tickets,
+        but a queued turn takes its ticket only when a worker runs it: two messages claimed
+        in one poll could go in either order, and a turn whose worker died (its reply sent,
+        its memory not yet saved) holds no ticket until it is taken over. So a queued turn
+        first waits for the queued and running turns of its thread with an earlier ``ts``,
+        and recalls what they saved. A paused, waiting or failed turn does not hold the
+        thread up (as with the lock, it gives up its place). The wait is bounded by twice
+        :data:`~turn_kit.TURN_LOCK_LEASE_SECONDS` (a worker that cannot take the earlier
+        turn over, e.g. all its slots busy, delays the thread, never stops it).
+        """
+        prefix = self.runner.run_id_for(self.conversation(message), "")
+        mine = _ts_order(message.ts)
+        deadline = anyio.current_time() + 2 * _runner.TURN_LOCK_LEASE_SECONDS
+        delay = 0.02
+        while True:
+            earlier = [
+                record.run_id
+                for status in ("running", "queued")
+                for record in await agency.runs.list(
+                    store=self.runner.store, status=status, limit=_EARLIER_SCAN
+                )
+                if record.run_id.startswith(prefix)
+                and _ts_order(unquote(record.run_id[len(prefix) :])) < mine
+            ]
+            if not earlier:
+                return
+            if anyio.current_time() >= deadline:
+                logger.warning(
+                    "Slack turn of %s in %s runs before earlier turns still in flight (%s)",
+                    message.ts, message.channel, ", ".join(earlier),
+                )  # fmt: skip
+                return
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def _turn(
         self,
@@ -337,6 +382,13 @@ def create_slack_turn_adapter(
         )
     if reaction is not None and (not isinstance(reaction, str) or not reaction.strip(": ")):
         raise InvalidArgumentError(f"reaction must be an emoji name like 'eyes', got {reaction!r}")
+    if model is not None and not isinstance(model, str | Model):
+        name = getattr(model, "model", None)
+        hint = f" (this one's name is {name!r})" if isinstance(name, str) else ""
+        raise InvalidArgumentError(
+            "model must be a model name or an agency.Model: a queued Slack turn stores its "
+            f"model by name, so pass a FakeModel's .model{hint}, got {type(model).__name__}"
+        )
     if transport is not None and not callable(getattr(transport, "post_message", None)):
         raise InvalidArgumentError(
             "a Slack transport needs async post_message(channel, text, *, thread_ts=None, "
@@ -357,3 +409,12 @@ def create_slack_turn_adapter(
         stream_interval=float(stream_interval),
         reaction=None if reaction is None else reaction.strip(": "),
     )
+
+
+def _ts_order(ts: str) -> tuple[int, int]:
+    """A Slack ``ts`` (``"1712345678.000100"``) as a sortable pair; unreadable ones sort last."""
+    seconds, _, micros = ts.partition(".")
+    try:
+        return int(seconds), int(micros or 0)
+    except ValueError:
+        return (2**63, 0)
