@@ -135,6 +135,8 @@ async def play_slack(client: httpx.AsyncClient, url: str, payload: dict[str, Any
         headers["x-slack-retry-num"] = str(retry)
         headers["x-slack-retry-reason"] = "http_timeout"
     response = await client.post(url, content=body, headers=headers)
+    if response.status_code != 200:
+        sys.exit(f"the events app answered {response.status_code}: {response.text}")
     answer: dict[str, Any] = response.json()
     return answer
 
@@ -143,27 +145,32 @@ async def offline(store: str) -> None:
     """The scripted conversation against the fake Web API (see the module docstring)."""
     with FakeSlackApi(token=OFFLINE_TOKEN, bot_user_id=BOT_USER) as api:
         transport = SlackApiTransport(OFFLINE_TOKEN, base_url=api.base_url)
-        model = os.environ.get("AGENCY_MODEL") or OFFLINE_MODEL
+        model = os.environ.get("AGENCY_MODEL")
+        if not model:
+            OFFLINE_MODEL.register()  # queued runs name their model: register it by its name
+            model = OFFLINE_MODEL.model
         adapter = build_adapter(transport, store, model)
         app = slack_events_app(adapter, signing_secret=OFFLINE_SECRET, respond=respond,
                                ctx=agency_ctx(), poll=0.2)  # fmt: skip
         server, task, port = await serve(app, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{port}/slack/events"
-        seed = f"{int(time.time())}"
-        root = f"{seed}.000100"
+        # The people's messages, as Slack holds them (the bot reacts to and replies on them).
+        hello = f"<@{BOT_USER}> Hi! My name is Ada."
+        root = api.add_user_message(CHANNEL, hello, user="U0ADA")
+        question = f"<@{BOT_USER}> What's my name?"
+        follow_up = api.add_user_message(CHANNEL, question, user="U0ADA", thread_ts=root)
+        beep = api.add_user_message(CHANNEL, "beep", user="U0OTHERBOT")
+        thanks = api.add_user_message("D0ADA", "Thanks!", user="U0ADA")
+        bots = envelope("beep", ts=beep)
+        bots["event"]["bot_id"] = "B0OTHER"
         script = [
-            ("mention", envelope(f"<@{BOT_USER}> Hi! My name is Ada.", ts=root), None),
-            ("Slack's retry", envelope(f"<@{BOT_USER}> Hi! My name is Ada.", ts=root), 1),
-            ("its app_mention",
-             envelope(f"<@{BOT_USER}> Hi! My name is Ada.", ts=root, kind="app_mention"), None),
-            ("in the thread",
-             envelope(f"<@{BOT_USER}> What's my name?", ts=f"{seed}.000200", thread_ts=root),
-             None),
-            ("a bot's message", {**envelope("beep", ts=f"{seed}.000300"),
-                                 "event": {**envelope("beep", ts=f"{seed}.000300")["event"],
-                                           "bot_id": "B0OTHER"}}, None),
-            ("a direct message", envelope("Thanks!", ts=f"{seed}.000400", channel="D0ADA"), None),
-        ]  # fmt: skip
+            ("mention", envelope(hello, ts=root), None),
+            ("Slack's retry", envelope(hello, ts=root), 1),
+            ("its app_mention", envelope(hello, ts=root, kind="app_mention"), None),
+            ("in the thread", envelope(question, ts=follow_up, thread_ts=root), None),
+            ("a bot's message", bots, None),
+            ("a direct message", envelope("Thanks!", ts=thanks, channel="D0ADA"), None),
+        ]
         run_ids: list[str] = []
         try:
             async with httpx.AsyncClient(timeout=10) as client:
@@ -173,13 +180,15 @@ async def offline(store: str) -> None:
                     print(f"Slack → app ({label}): {answer.get('status')} {shown}")
                     if answer.get("status") == "queued":
                         run_ids.append(answer["run_id"])
-                        await agency.runs.wait(answer["run_id"], store=store, timeout=60)
+                        done = await agency.runs.wait(answer["run_id"], store=store, timeout=60)
+                        if done.status != "completed":
+                            sys.exit(f"the turn {done.status}: {done.error}")
             print(f"\n{len(set(run_ids))} turns for {len(run_ids)} accepted events.\n")
-            for channel, thread in ((CHANNEL, root), ("D0ADA", f"{seed}.000400")):
+            for channel, thread in ((CHANNEL, root), ("D0ADA", thanks)):
                 print(f"Thread {channel}/{thread}:")
                 for message in api.replies(channel, thread):
                     print(f"  bot: {message['text']}")
-            reactions = sorted({r["timestamp"] for r in api.reactions})
+            reactions = sorted({r["ts"] for r in api.reactions})
             print(f"\n👀 on {len(reactions)} messages; {len(api.posts)} posts, "
                   f"{len(api.updates)} edits.")  # fmt: skip
             print("Done.")
@@ -193,18 +202,16 @@ async def online(store: str, host: str, port: int) -> None:
     """Serve the events app until Ctrl-C (``SLACK_BOT_TOKEN``, ``SLACK_SIGNING_SECRET``)."""
     secret = os.environ.get("SLACK_SIGNING_SECRET", "")
     if not secret or not os.environ.get("SLACK_BOT_TOKEN"):
-        sys.exit(
-            "Set SLACK_BOT_TOKEN (xoxb-...) and SLACK_SIGNING_SECRET, or run with --offline"
-        )
+        sys.exit("Set SLACK_BOT_TOKEN (xoxb-...) and SLACK_SIGNING_SECRET, or run with --offline")
     adapter = build_adapter(SlackApiTransport(), store, os.environ.get("AGENCY_MODEL"))
     app = slack_events_app(adapter, signing_secret=secret, respond=respond)
-    server, task, bound = await serve(app, host, port)
+    _server, task, bound = await serve(app, host, port)
     print(f"Serving Slack events on http://{host}:{bound}/ (Ctrl-C stops)")
     await task
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--offline", action="store_true", help="fake Slack and model, loopback")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=3000)

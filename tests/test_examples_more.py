@@ -37,8 +37,9 @@ def _examples_here(tmp_path: Path, fork_server: ForkServer) -> None:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {**os.environ, "AGENCY_STORE": f"sqlite:///{tmp_path}/ex.db"}
-    for name in ("AGENCY_MODEL", "TELEGRAM_BOT_TOKEN", "TELEGRAM_CHAT", "OPEN_TASKS_FILE"):
-        env.pop(name, None)  # offline: the examples' fake models, no real Bot API
+    for name in ("AGENCY_MODEL", "TELEGRAM_BOT_TOKEN", "TELEGRAM_CHAT", "OPEN_TASKS_FILE",
+                 "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"):  # fmt: skip
+        env.pop(name, None)  # offline: the fake models, no real Bot or Web API
     return env
 
 
@@ -160,6 +161,32 @@ def test_telegram_bot_needs_a_token_without_offline(
     done = _run(fork_server, tmp_path, "examples/telegram_bot.py", "8587")
     assert done.returncode == 2
     assert "TELEGRAM_BOT_TOKEN" in done.stderr
+
+
+def test_slack_bot_offline_answers_each_message_once_in_its_thread(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
+    done = _run(fork_server, tmp_path, "examples/slack_bot.py", "--offline")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "Slack → app (a bot's message): skipped bot message" in out
+    assert "3 turns for 5 accepted events." in out  # the retry and app_mention: same turn
+    lines = [line.strip() for line in out.splitlines()]
+    thread = lines.index(next(line for line in lines if line.startswith("Thread C0GENERAL/")))
+    assert lines[thread + 1 : thread + 3] == [
+        "bot: Nice to meet you, Ada! I'll remember that.",
+        "bot: You're Ada.",  # recalled from the thread's memory
+    ]
+    assert "👀 on 3 messages; 3 posts, 3 edits." in out  # one message per reply, streamed
+
+
+def test_slack_bot_needs_a_token_and_secret_without_offline(
+    tmp_path: Path, fork_server: ForkServer
+) -> None:
+    done = _run(fork_server, tmp_path, "examples/slack_bot.py")
+    assert done.returncode == 1
+    assert "SLACK_BOT_TOKEN" in done.stderr
+    assert "SLACK_SIGNING_SECRET" in done.stderr
 
 
 def test_research_helper_asks_for_budget_and_completes(

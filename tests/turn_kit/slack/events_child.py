@@ -28,7 +28,7 @@ from turn_kit import TurnArgs, agency_ctx
 from turn_kit.slack import SlackApiTransport, create_slack_turn_adapter, slack_events_app
 
 TOKEN = "xoxb-kill-soak-token"
-SECRET = "kill-soak-secret"
+SECRET = "signing-secret"  # support.SECRET: what the soak signs its requests with
 BOT = "UBOT"
 NAMESPACE = "soak"
 CHUNK_LIMIT = 40

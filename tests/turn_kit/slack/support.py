@@ -103,7 +103,7 @@ async def lifespan(app: Callable[..., Awaitable[None]]) -> AsyncIterator[None]:
     async def send(message: Any) -> None:
         await app_out.send(dict(message))
 
-    async with anyio.create_task_group() as group:
+    async with to_app, app_in, app_out, from_app, anyio.create_task_group() as group:
         group.start_soon(app, {"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
         await to_app.send({"type": "lifespan.startup"})
         with anyio.fail_after(DEADLINE):

@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from agency_runtime import MemoryStore, RunFailedError, Store, agency
-from turn_kit import TurnArgs, _pace, agency_ctx, conversation_key, send_proactive
+from agency_runtime.testing import FakeModel
+from turn_kit import (
+    ProactiveResult,
+    TurnArgs,
+    _pace,
+    agency_ctx,
+    conversation_key,
+    send_proactive,
+)
 from turn_kit.slack import (
     FakeSlackApi,
     SlackApiTransport,
@@ -142,8 +150,8 @@ async def test_acknowledgements_long_replies_and_escaping_go_into_the_thread(
     api: FakeSlackApi, transport: SlackApiTransport, turn_store: Store
 ) -> None:
     adapter = make(transport, turn_store, chunk_limit=20, reaction="eyes")
-    event = message_event("hi", channel="D1")
-    root = event["event"]["ts"]
+    root = api.add_user_message("D1", "hi")
+    event = message_event("hi", channel="D1", ts=root)
 
     async def respond(turn: TurnArgs) -> str:
         await turn.acknowledge("On it <3")
@@ -155,18 +163,17 @@ async def test_acknowledgements_long_replies_and_escaping_go_into_the_thread(
     assert texts(api, root, "D1") == [
         "On it &lt;3",
         "line one is long",
-        "line two &lt;!channel",
-        "&gt; &amp; more",
+        "line two &lt;!channel&gt;",
+        "&amp; more",
     ]
     receipt = outcome.result.receipt
     assert isinstance(receipt, SlackDelivery)
     assert receipt.ok
     assert len(receipt.message_ts) == 3
-    assert all(m["thread_ts"] == root for m in api.replies("D1", root))
-    assert all(m["metadata"]["event_type"] == "turn_kit_delivery" for m in api.replies("D1", root))
-    assert [(r["channel"], r["timestamp"], r["name"]) for r in api.reactions] == [
-        ("D1", root, "eyes")
-    ]
+    posted = api.replies("D1", root)
+    assert all(m["thread_ts"] == root for m in posted)
+    assert all(m["metadata"]["event_type"] == "turn_kit_delivery" for m in posted)
+    assert [(r["channel"], r["ts"], r["name"]) for r in api.reactions] == [("D1", root, "eyes")]
 
 
 async def test_a_chunk_posted_before_a_crash_is_found_not_posted_again(
@@ -248,9 +255,14 @@ class Clock:
 
     def __init__(self) -> None:
         self.now = 1000.0
+        self.slept: list[float] = []
 
     def __call__(self) -> float:
         return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
 
 
 async def test_a_streamed_reply_is_one_message_edited_at_a_pace(
@@ -261,6 +273,7 @@ async def test_a_streamed_reply_is_one_message_edited_at_a_pace(
 ) -> None:
     clock = Clock()
     monkeypatch.setattr(_pace, "_now", clock)
+    monkeypatch.setattr(_pace, "_sleep", clock.sleep)
     adapter = make(transport, turn_store, stream=True, stream_interval=1.0)
     event = message_event("hi", channel="D1")
     root = event["event"]["ts"]
@@ -287,6 +300,7 @@ async def test_a_streamed_reply_is_one_message_edited_at_a_pace(
         "Hello there, friend &lt;3. Done.",  # delivery: the preview shows the reply
     ]
     assert outcome.result.receipt.message_ts == [api.posts[0]["ts"]]
+    assert clock.slept == [28.0]  # the final edit waited out the rest of the 429's pause
 
 
 async def test_send_proactive_posts_into_a_slack_thread_once(
@@ -296,20 +310,22 @@ async def test_send_proactive_posts_into_a_slack_thread_once(
     conversation = {"transport": "slack", "id": conversation_key("C1", root)}
 
     @agency.entry
-    async def remind() -> Any:
-        return await send_proactive(
+    async def remind() -> ProactiveResult:
+        sent = await send_proactive(
             agency_ctx(),
             namespace="helper",
             conversation=conversation,
             text="Your report is due <today>",
             transport=transport,
         )
+        assert isinstance(sent.receipt, SlackDelivery)  # the live receipt, inside the run
+        return sent
 
     result = await agency.run(remind, run_id="remind-1", store=turn_store)
     again = await agency.run(remind, run_id="remind-1", store=turn_store)
     assert result.value.memory_saved
     assert again.value.receipt == result.value.receipt
-    assert isinstance(result.value.receipt, SlackDelivery)
+    assert result.value.receipt["message_ts"] == [api.replies("C1", root)[0]["ts"]]
     assert texts(api, root) == ["Your report is due &lt;today&gt;"]
     with pytest.raises(Exception, match="has no thread"):
         await send_proactive(
@@ -344,6 +360,7 @@ async def test_run_turn_outside_a_run_is_refused(
         ({"allowed_channels": []}, "allowed_channels"),
         ({"transport": object()}, "post_message"),
         ({"namespace": "Not Valid"}, "lowercase slug"),
+        ({"model": FakeModel("slack-fake")}, r"FakeModel's \.model \(this one's name is"),
     ],
 )
 def test_bad_options_are_refused_with_what_to_do(options: dict[str, Any], match: str) -> None:
