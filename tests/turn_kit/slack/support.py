@@ -25,6 +25,11 @@ DEADLINE = 20.0
 _TS = itertools.count(1)
 
 
+def echo(turn: Any) -> str:
+    """A ``respond`` that says what it got and how many earlier turns it recalled."""
+    return f"re {turn.input} (after {len(turn.history)})"
+
+
 def next_ts() -> str:
     """A fresh, increasing Slack message timestamp."""
     return f"1800000000.{next(_TS):06d}"

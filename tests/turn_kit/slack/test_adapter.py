@@ -5,7 +5,6 @@ Every test talks to :class:`FakeSlackApi` over real HTTP through :class:`SlackAp
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -29,24 +28,9 @@ from turn_kit.slack import (
 )
 from turn_kit.slack import _transport as transport_module
 
-from .support import BOT, CHANNEL, TOKEN, message_event, next_ts
+from .support import BOT, CHANNEL, TOKEN, echo, message_event, next_ts
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def api() -> Iterator[FakeSlackApi]:
-    with FakeSlackApi(token=TOKEN, bot_user_id=BOT) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def transport(api: FakeSlackApi) -> AsyncIterator[SlackApiTransport]:
-    client = SlackApiTransport(TOKEN, base_url=api.base_url, timeout=2.0)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture
@@ -57,10 +41,6 @@ def turn_store() -> Store:
 def make(transport: SlackApiTransport, store: Store, **options: Any) -> SlackTurnAdapter:
     options.setdefault("namespace", "helper")
     return create_slack_turn_adapter(transport=transport, store=store, **options)
-
-
-def echo(turn: TurnArgs) -> str:
-    return f"re {turn.input} (after {len(turn.history)})"
 
 
 def texts(api: FakeSlackApi, thread_ts: str, channel: str = CHANNEL) -> list[str]:

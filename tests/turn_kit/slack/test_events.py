@@ -7,7 +7,6 @@ test's event loop, asyncio or trio.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -30,7 +29,7 @@ from turn_kit.slack import (
 from .support import (
     BOT,
     SECRET,
-    TOKEN,
+    echo,
     eventually,
     lifespan,
     message_event,
@@ -42,21 +41,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def api() -> Iterator[FakeSlackApi]:
-    with FakeSlackApi(token=TOKEN, bot_user_id=BOT) as fake:
-        yield fake
-
-
-@pytest.fixture
-async def transport(api: FakeSlackApi) -> AsyncIterator[SlackApiTransport]:
-    client = SlackApiTransport(TOKEN, base_url=api.base_url, timeout=5.0)
-    try:
-        yield client
-    finally:
-        await client.aclose()
-
-
-@pytest.fixture
 def turn_store(tmp_path: Any) -> Store:
     return SqliteStore(tmp_path / "turns.db")
 
@@ -64,10 +48,6 @@ def turn_store(tmp_path: Any) -> Store:
 def adapter_for(transport: SlackApiTransport, store: Store, **options: Any) -> SlackTurnAdapter:
     options.setdefault("namespace", "events")
     return create_slack_turn_adapter(transport=transport, store=store, **options)
-
-
-def echo(turn: TurnArgs) -> str:
-    return f"re {turn.input} (after {len(turn.history)})"
 
 
 async def raw_post(app: Any, body: bytes) -> int:
