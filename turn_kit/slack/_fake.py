@@ -46,10 +46,18 @@ import math
 import threading
 import time
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
+
+from .._loopback import (
+    BadBody,
+    Failure,
+    FailureQueues,
+    Hang,
+    LoopbackHandler,
+    LoopbackServer,
+)
 
 __all__ = ["FailureKind", "FakeSlackApi"]
 
@@ -60,29 +68,11 @@ _TEXT_LIMIT = 40_000
 _REPLIES_DEFAULT_LIMIT = 1000
 _CURSOR_PREFIX = "next_ts:"
 _TRUE = frozenset({"1", "true", "yes", "on"})
-
-
-class _Failure:
-    """One queued injected failure (see :meth:`FakeSlackApi.fail_next`)."""
-
-    __slots__ = ("channel", "error", "hang", "kind", "retry_after", "times")
-
-    def __init__(
-        self,
-        kind: str,
-        *,
-        times: int,
-        retry_after: float,
-        channel: str | None,
-        hang: float,
-        error: str | None,
-    ) -> None:
-        self.kind = kind
-        self.times = times
-        self.retry_after = retry_after
-        self.channel = channel
-        self.hang = hang
-        self.error = error
+_BAD_BODY = {
+    "charset": "invalid_charset",
+    "json": "invalid_json",
+    "content_type": "invalid_post_type",
+}
 
 
 class _ApiError(Exception):
@@ -93,14 +83,6 @@ class _ApiError(Exception):
         self.code = code
         self.status = status
         self.headers = dict(headers or {})
-
-
-class _Hang(Exception):
-    """Send no answer at all: wait, then drop the connection."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(seconds)
-        self.seconds = seconds
 
 
 def _flag(value: object) -> bool:
@@ -167,13 +149,15 @@ def _metadata(value: object) -> dict[str, Any] | None:
     return {"event_type": event_type, "event_payload": copy.deepcopy(dict(payload))}
 
 
-class FakeSlackApi:
+class FakeSlackApi(LoopbackServer):
     """A fake Slack Web API over real loopback HTTP (see the module docstring).
 
     Thread-safe: the server answers on its own threads, one lock guards the state, and the
     inspection helpers (:attr:`messages`, :attr:`posts`, :attr:`updates`, :attr:`reactions`,
     :attr:`calls`, :meth:`replies`) return copies.
     """
+
+    _name = "FakeSlackApi"
 
     def __init__(
         self,
@@ -188,9 +172,8 @@ class FakeSlackApi:
         self.bot_user_id = bot_user_id
         self.bot_id = bot_id
         self.team_id = team_id
-        self.host = host
+        super().__init__(host=host)
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
         self._last_ts = 0  # microseconds of the newest ts handed out
         self._messages: list[dict[str, Any]] = []  # in ts order
         self._by_ts: dict[tuple[str, str], dict[str, Any]] = {}
@@ -198,69 +181,22 @@ class FakeSlackApi:
         self._updates: list[dict[str, Any]] = []
         self._reactions: list[dict[str, Any]] = []
         self._calls: list[dict[str, Any]] = []
-        self._failures: dict[str, list[_Failure]] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._failures = FailureQueues()
 
-    def __repr__(self) -> str:
-        state = f"base_url={self.base_url!r}" if self._server else "stopped"
-        return f"FakeSlackApi({state})"
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    def start(self) -> FakeSlackApi:
-        """Bind an ephemeral port and serve in a daemon thread (idempotent)."""
-        if self._server is not None:
-            return self
-        self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, 0), _make_handler(self))
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="FakeSlackApi",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
+    # -- lifecycle (start, __enter__/__exit__ and port from LoopbackServer) ------------------
 
     def stop(self) -> None:
         """Stop serving (idempotent); ends withheld (``timeout_after_store``) answers."""
-        server, thread = self._server, self._thread
-        if server is None:
-            return
-        self._stopping.set()
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-        self._server = None
-        self._thread = None
+        super().stop()
 
-    def __enter__(self) -> FakeSlackApi:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        """The port it listens on (only while running)."""
-        if self._server is None:
-            raise RuntimeError("FakeSlackApi is not running; use `with FakeSlackApi() as api:`")
-        return int(self._server.server_address[1])
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>/api/``: a ``base_url`` for :class:`SlackApiTransport` and
         ``slack_sdk``'s clients."""
-        return f"http://{self.host}:{self.port}/api/"
+        return f"{super().base_url}/api/"
 
     # -- inspection --------------------------------------------------------------------------
 
@@ -359,11 +295,11 @@ class FakeSlackApi:
             raise ValueError(f"hang must be >= 0, got {hang!r}")
         if kind == "error" and not error:
             raise ValueError('fail_next(..., "error") needs error="<slack error code>"')
-        failure = _Failure(
-            kind, times=times, retry_after=retry_after, channel=channel, hang=hang, error=error
+        failure = Failure(
+            kind, times=times, retry_after=retry_after, hang=hang, target=channel, error=error
         )
         with self._lock:
-            self._failures.setdefault(method, []).append(failure)
+            self._failures.add(method, failure)
 
     # -- state (the caller holds self._lock) -------------------------------------------------
 
@@ -400,19 +336,8 @@ class FakeSlackApi:
         self._by_ts[(channel, message["ts"])] = message
         return message
 
-    def _take_failure(self, method: str, params: Mapping[str, Any]) -> _Failure | None:
-        queue = self._failures.get(method)
-        if not queue:
-            return None
-        channel = _string(params.get("channel"))
-        for failure in queue:
-            if failure.channel is not None and failure.channel != channel:
-                continue
-            failure.times -= 1
-            if failure.times <= 0:
-                queue.remove(failure)
-            return failure
-        return None
+    def _take_failure(self, method: str, params: Mapping[str, Any]) -> Failure | None:
+        return self._failures.take(method, _string(params.get("channel")))
 
     def _public(self, message: Mapping[str, Any], *, with_metadata: bool) -> dict[str, Any]:
         """A message as the Web API shows it."""
@@ -459,7 +384,7 @@ class FakeSlackApi:
             raise _ApiError(str(failure.error))
         result: dict[str, Any] = handler(self, params)
         if failure is not None and failure.kind == "timeout_after_store":
-            raise _Hang(failure.hang)
+            raise Hang(failure.hang)
         return result
 
     def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -620,23 +545,11 @@ _METHODS: dict[str, Any] = {
 def _make_handler(api: FakeSlackApi) -> type[BaseHTTPRequestHandler]:
     """The request handler class serving ``api``."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(LoopbackHandler):
         """Answers ``/api/<method>`` as Slack's Web API does."""
 
         server_version = "FakeSlackApi/1.0"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Silent: tests read :attr:`FakeSlackApi.calls` instead."""
-            return
-
-        def do_GET(self) -> None:
-            """A method called with GET (arguments in the query string)."""
-            self._handle(body=b"")
-
-        def do_POST(self) -> None:
-            """A method called with POST (arguments in the body and/or query string)."""
-            length = int(self.headers.get("Content-Length") or 0)
-            self._handle(body=self.rfile.read(length) if length else b"")
+        json_content_type = "application/json; charset=utf-8"
 
         def _handle(self, *, body: bytes) -> None:
             path = urlsplit(self.path)
@@ -664,10 +577,9 @@ def _make_handler(api: FakeSlackApi) -> type[BaseHTTPRequestHandler]:
                 api._record(method, params, exc.status, exc.code)
                 self._reply(exc.status, {"ok": False, "error": exc.code}, exc.headers)
                 return
-            except _Hang as hang:
+            except Hang as hang:
                 api._record(method, params, 0, None)
-                api._stopping.wait(hang.seconds)
-                self.close_connection = True
+                self._withhold(api._stopping, hang.seconds)
                 return
             api._record(method, params, 200, None)
             self._reply(200, {"ok": True, **result})
@@ -683,41 +595,9 @@ def _make_handler(api: FakeSlackApi) -> type[BaseHTTPRequestHandler]:
             return None if token == api.token else "invalid_auth"
 
         def _params(self, query: str, body: bytes) -> dict[str, Any]:
-            params: dict[str, Any] = dict(parse_qsl(query, keep_blank_values=True))
-            if not body:
-                return params
-            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
             try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _ApiError("invalid_charset") from None
-            if ctype == "application/json":
-                try:
-                    loaded = json.loads(text)
-                except ValueError:
-                    raise _ApiError("invalid_json") from None
-                if not isinstance(loaded, dict):
-                    raise _ApiError("invalid_json")
-                params.update(loaded)
-            elif ctype in ("application/x-www-form-urlencoded", ""):
-                params.update(parse_qsl(text, keep_blank_values=True))
-            else:
-                raise _ApiError("invalid_post_type")
-            return params
-
-        def _reply(
-            self, status: int, payload: dict[str, Any], headers: Mapping[str, str] | None = None
-        ) -> None:
-            data = json.dumps(payload).encode("utf-8")
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
+                return super()._params(query, body)
+            except BadBody as exc:
+                raise _ApiError(_BAD_BODY[exc.reason]) from None
 
     return Handler

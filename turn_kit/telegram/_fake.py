@@ -36,11 +36,11 @@ import json
 import threading
 import time
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
+from .._loopback import Failure, FailureQueues, Hang, LoopbackHandler, LoopbackServer
 from ._redact import install_token_redaction
 
 __all__ = ["FailureKind", "FakeBotApi"]
@@ -75,19 +75,6 @@ _BOOL_FIELDS = frozenset(
 )
 
 
-class _Failure:
-    __slots__ = ("chat_id", "hang", "kind", "retry_after", "times")
-
-    def __init__(
-        self, kind: str, retry_after: float, times: int, chat_id: str | None, hang: float
-    ) -> None:
-        self.kind = kind
-        self.retry_after = retry_after
-        self.times = times
-        self.chat_id = chat_id
-        self.hang = hang
-
-
 class _ApiError(Exception):
     def __init__(
         self, status: int, description: str, parameters: dict[str, Any] | None = None
@@ -106,14 +93,6 @@ class _ApiError(Exception):
         if self.parameters:
             out["parameters"] = self.parameters
         return out
-
-
-class _Hang(Exception):
-    """Send no response at all: wait, then drop the connection."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(seconds)
-        self.seconds = seconds
 
 
 def _utf16_len(text: str) -> int:
@@ -159,12 +138,14 @@ def _coerce(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class FakeBotApi:
+class FakeBotApi(LoopbackServer):
     """A fake Telegram Bot API over real loopback HTTP (see the module docstring).
 
     Thread-safe: the server answers on its own threads, and the inspection helpers
     (:attr:`sent`, :attr:`actions`, :attr:`calls`, :attr:`webhook`) return snapshots.
     """
+
+    _name = "FakeBotApi"
 
     def __init__(
         self,
@@ -175,15 +156,14 @@ class FakeBotApi:
         long_poll_cap: float = 5.0,
     ) -> None:
         install_token_redaction(token)
+        super().__init__(host=host)
         self.token = token
-        self.host = host
         self.username = username
         self.long_poll_cap = long_poll_cap
         head = token.split(":", 1)[0]
         self.bot_id = int(head) if head.isdigit() else 1
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._stopping = threading.Event()
         self._updates: list[dict[str, Any]] = []
         self._next_update_id = 1
         self._polls = 0  # getUpdates calls so far: a newer one ends a waiting one
@@ -195,69 +175,25 @@ class FakeBotApi:
         self._actions: list[dict[str, Any]] = []
         self._calls: list[dict[str, Any]] = []
         self._webhook: dict[str, Any] | None = None
-        self._failures: dict[str, list[_Failure]] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._failures = FailureQueues()
 
-    def __repr__(self) -> str:
-        state = f"base_url={self.base_url!r}" if self._server else "stopped"
-        return f"FakeBotApi({state})"
-
-    # -- lifecycle ---------------------------------------------------------------------------
-
-    def start(self) -> FakeBotApi:
-        """Bind an ephemeral port and serve in a daemon thread (idempotent)."""
-        if self._server is not None:
-            return self
-        self._stopping.clear()
-        server = ThreadingHTTPServer((self.host, 0), _make_handler(self))
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="FakeBotApi",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
+    # -- lifecycle (start, __enter__/__exit__ and port from LoopbackServer) ------------------
 
     def stop(self) -> None:
         """Stop serving; wakes long polls and hung responses."""
-        server, thread = self._server, self._thread
-        if server is None:
-            return
-        self._stopping.set()
+        super().stop()
+
+    def _on_stop(self) -> None:
         with self._cond:
-            self._cond.notify_all()
-        server.shutdown()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-        self._server = None
-        self._thread = None
+            self._cond.notify_all()  # long polls see _stopping and answer now
 
-    def __enter__(self) -> FakeBotApi:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("FakeBotApi is not running; use `with FakeBotApi() as api:`")
-        return int(self._server.server_address[1])
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>`` (python-telegram-bot wants ``f"{base_url}/bot"``)."""
-        return f"http://{self.host}:{self.port}"
+        return super().base_url
 
     # -- inspection --------------------------------------------------------------------------
 
@@ -402,10 +338,9 @@ class FakeBotApi:
         if times < 1:
             raise ValueError("times must be >= 1")
         chat = None if chat_id is None else str(_chat_value(chat_id))
+        failure = Failure(kind, times=times, retry_after=retry_after, hang=hang, target=chat)
         with self._lock:
-            self._failures.setdefault(method, []).append(
-                _Failure(kind, retry_after, times, chat, hang)
-            )
+            self._failures.add(method, failure)
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -415,22 +350,13 @@ class FakeBotApi:
         self._message_ids[chat] = value
         return value
 
-    def _take_failure(self, method: str, params: Mapping[str, Any]) -> _Failure | None:
-        # caller holds self._lock
-        queue = self._failures.get(method)
-        if not queue:
-            return None
-        chat = str(_chat_value(params.get("chat_id", "")))
-        for failure in queue:
-            if failure.chat_id is not None and failure.chat_id != chat:
-                continue
-            if failure.kind == "thread_not_found" and not params.get("message_thread_id"):
-                continue
-            failure.times -= 1
-            if failure.times <= 0:
-                queue.remove(failure)
-            return failure
-        return None
+    def _take_failure(self, method: str, params: Mapping[str, Any]) -> Failure | None:
+        # caller holds self._lock; "thread_not_found" fails only a call in a topic
+        return self._failures.take(
+            method,
+            str(_chat_value(params.get("chat_id", ""))),
+            applies=lambda f: f.kind != "thread_not_found" or bool(params.get("message_thread_id")),
+        )
 
     def _dispatch(self, method: str, params: dict[str, Any]) -> Any:
         handler = _METHODS.get(method)
@@ -446,7 +372,7 @@ class FakeBotApi:
             raise _ApiError(400, "Bad Request: message thread not found")
         result = handler(self, params)
         if failure is not None and failure.kind == "timeout_after_store":
-            raise _Hang(failure.hang)
+            raise Hang(failure.hang)
         return result
 
     def _get_me(self, params: dict[str, Any]) -> Any:
@@ -644,19 +570,8 @@ _METHODS: dict[str, Any] = {
 
 
 def _make_handler(api: FakeBotApi) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(LoopbackHandler):
         server_version = "FakeBotApi/1.0"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            # Silent on purpose: the request line carries the bot token.
-            return
-
-        def do_GET(self) -> None:
-            self._handle(body=b"")
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            self._handle(body=self.rfile.read(length) if length else b"")
 
         def _handle(self, *, body: bytes) -> None:
             parts = urlsplit(self.path)
@@ -687,39 +602,14 @@ def _make_handler(api: FakeBotApi) -> type[BaseHTTPRequestHandler]:
                 api._record(method, params, exc.status)
                 self._reply(exc.status, exc.body())
                 return
-            except _Hang as hang:
+            except Hang as hang:
                 api._record(method, params, 0)
-                api._stopping.wait(hang.seconds)
-                self.close_connection = True
+                self._withhold(api._stopping, hang.seconds)
                 return
             api._record(method, params, 200)
             self._reply(200, {"ok": True, "result": result})
 
         def _params(self, query: str, body: bytes) -> dict[str, Any]:
-            params: dict[str, Any] = dict(parse_qsl(query, keep_blank_values=True))
-            if body:
-                ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-                text = body.decode("utf-8")
-                if ctype == "application/json":
-                    loaded = json.loads(text)
-                    if not isinstance(loaded, dict):
-                        raise ValueError("JSON body must be an object")
-                    params.update(loaded)
-                elif ctype in ("application/x-www-form-urlencoded", ""):
-                    params.update(parse_qsl(text, keep_blank_values=True))
-                else:
-                    raise ValueError(f"unsupported content type {ctype!r}")
-            return _coerce(params)
-
-        def _reply(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode("utf-8")
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
+            return _coerce(super()._params(query, body))  # a bad body: BadBody, a ValueError
 
     return Handler
