@@ -2,7 +2,8 @@
 
 A :class:`Worker` claims runnable runs of its queues — queued ones, runs answered with
 ``enqueue=True``, runs handed back by a draining worker, and running runs whose holder's
-lease expired (it died) — atomically, so no two workers get the same run, and runs each
+lease expired or, on PostgreSQL, whose holder's liveness session is gone (it died: taken
+at the next poll, not after the lease) — atomically, so no two workers get the same run, and runs each
 under a lease it renews. Any worker recovers any dead worker's runs: there are no executor
 ids and no version scoping; a worker that cannot run an entry (not declared or not
 importable here) hands the run back for one that can.
@@ -55,7 +56,8 @@ class Worker:
     """Claims queued runs of ``queues`` from ``store`` and runs up to ``concurrency`` at once.
 
     ``lease`` is how long a claim lasts without renewal (renewed every third of it): a worker
-    that dies leaves its runs to others after at most that long. ``poll`` is how often it
+    that dies leaves its runs to others after at most that long (on PostgreSQL at their next
+    poll: its process's liveness session goes with its connections). ``poll`` is how often it
     looks for work when no wake-up comes (PostgreSQL's NOTIFY wakes it at once; SQLite
     workers of other processes are seen by polling). A run waiting longer than
     ``park_after`` seconds (``agency.sleep``, ``agency.wait_for_event``) parks and frees its

@@ -25,12 +25,21 @@ from .._errors import InvalidArgumentError, StoreSchemaError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "channel", "check_schema_name", "migrate", "quoted"]
+__all__ = [
+    "LIVENESS_CLASS",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "channel",
+    "check_schema_name",
+    "migrate",
+    "quoted",
+]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema this version writes; a schema with a higher recorded version is refused."""
 
 _LOCK_CLASS = 0x6167_656E  # "agen": the advisory-lock class of agency-runtime's migrations
+LIVENESS_CLASS = 0x6167_6C76  # "aglv": the class of the session locks that say a process lives
 
 _SCHEMA_1 = """
 CREATE TABLE {s}.runs (
@@ -185,7 +194,18 @@ CREATE INDEX runs_by_parent ON {s}.runs (parent_id, created_at DESC, seq DESC)
     WHERE parent_id IS NOT NULL
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _SCHEMA_1), (2, _SCHEMA_2), (3, _SCHEMA_3))
+# Version 4: takeover in about a second. A run claimed by a process that holds a liveness
+# session (a session advisory lock of class LIVENESS_CLASS on a direct connection) names its
+# key; a claimer takes a running run at once when no session holds that key any more (the
+# process died: the server closed its connections), before its lease runs out. NULL: the
+# lease alone tells (a run claimed without a session).
+_SCHEMA_4 = """
+ALTER TABLE {s}.runs ADD COLUMN lease_session BIGINT
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (1, _SCHEMA_1), (2, _SCHEMA_2), (3, _SCHEMA_3), (4, _SCHEMA_4),
+)  # fmt: skip
 """Numbered migrations: a schema at version N runs every script numbered above N."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,49}")

@@ -20,7 +20,14 @@ the URL): then nothing is prepared. psycopg is imported when a store is built, n
 ``import agency_runtime``.
 
 The semantics are the core's, with the guarantees a shared server needs: runs are held by
-leases that expire (never session locks); a write made for a lease holder (a step, a
+leases that expire, and a worker's process says it lives with a session advisory lock its
+listener's direct connection holds (the key is written on the runs it claims, column
+``lease_session``): when the process dies the server closes its connections, the lock goes,
+and another claimer takes its runs at once instead of after the lease. The lease stays the
+fence (a write of a holder whose run was taken fails) and the fallback (a hung process whose
+connection lives; a store opened with ``liveness=False``, as one behind a pooler in
+transaction mode must be, since its sessions are not the process's). A write made for a
+lease holder (a step, a
 checkpoint, a pause, an outcome) checks the lease in the same statement or transaction and
 locks the run's row while it does, so a worker that lost its lease cannot commit; queued runs
 are claimed with ``FOR UPDATE SKIP LOCKED`` under a lock on each limited queue's row; and
@@ -32,6 +39,7 @@ the store's ``clock`` when it was given one, else from the database server's clo
 from __future__ import annotations
 
 import math
+import secrets
 import threading
 import time
 import weakref
@@ -46,7 +54,7 @@ from pydantic_core import to_json
 from .._clock import Clock
 from .._errors import InvalidArgumentError, StoreError, StoreUnavailableError
 from .._secrets import mask
-from .._types import MemoryRecord
+from .._types import MemoryRecord, RunRecord
 from ._core import (
     Check,
     Dialect,
@@ -58,7 +66,7 @@ from ._core import (
     drive,
 )
 from ._pg_pool import AsyncPool
-from ._pg_schema import SCHEMA_VERSION, channel, migrate, quoted
+from ._pg_schema import LIVENESS_CLASS, SCHEMA_VERSION, channel, migrate, quoted
 from ._redact import is_secret_parameter, redact
 from ._rules import Bm25, text_tokens
 from ._wakeups import Wakeups
@@ -99,6 +107,10 @@ default), unless the store was opened with ``prepare=False``."""
 CHECK_IDLE_SECONDS = 5.0
 """A pooled connection idle longer than this is checked (one round trip) before use."""
 
+_SESSION_WAIT_SECONDS = 2.0
+"""How long a first claim waits for the listener to hold this process's liveness session
+(then it claims without one: those runs fall back to their lease)."""
+
 T = TypeVar("T")
 
 
@@ -137,6 +149,12 @@ class PostgresDialect(Dialect):
     no_limit = None
     now = "COALESCE(CAST(%(now)s AS float8), extract(epoch FROM clock_timestamp())::float8)"
     server_now = "SELECT extract(epoch FROM clock_timestamp())::float8"
+    session_gone = (
+        "(lease_session IS NOT NULL AND lease_session NOT IN (SELECT objid::bigint "
+        "FROM pg_catalog.pg_locks WHERE locktype = 'advisory' "
+        f"AND classid = {LIVENESS_CLASS}::oid AND objsubid = 2 AND granted))"
+    )
+    session_set = ", lease_session = %(session)s"
 
     def __init__(self, schema: str) -> None:
         self.t = f"{quoted(schema)}."  # checks the name
@@ -254,7 +272,10 @@ class PostgresStore(StoreCore):
     ``min_size``/``max_size`` bound the connection pool; ``connect_timeout`` (seconds) bounds
     opening a connection and waiting for a free one. ``prepare=False`` makes no server-side
     prepared statements (for a pooler that cannot keep them: PgBouncer before 1.21 in
-    transaction mode). ``clock`` stamps leases and times (default: the server's clock);
+    transaction mode). ``liveness=False`` (``?liveness=false``) holds no liveness session:
+    takeover of this process's runs then waits for their leases (required behind a pooler in
+    transaction mode, where a session is not this process's). ``clock`` stamps leases and
+    times (default: the server's clock);
     ``url`` is what :attr:`url` shows (its secrets redacted).
     A server that cannot be reached raises :class:`~agency_runtime.StoreUnavailableError`.
     """
@@ -268,6 +289,7 @@ class PostgresStore(StoreCore):
         max_size: int = 10,
         connect_timeout: float = 5.0,
         prepare: bool = True,
+        liveness: bool = True,
         clock: Clock | None = None,
         url: str | None = None,
     ) -> None:
@@ -304,6 +326,8 @@ class PostgresStore(StoreCore):
         self._listening = threading.Event()
         self._listener: threading.Thread | None = None
         self._listener_lock = threading.Lock()
+        self._session_key: int | None = None
+        self._liveness = liveness
         try:
             with psycopg.connect(dsn, **self._connect_kwargs) as conn:
                 migrate(conn, schema, self._where)
@@ -515,6 +539,8 @@ class PostgresStore(StoreCore):
             try:
                 with psycopg.connect(self._dsn, **self._connect_kwargs) as conn:
                     conn.execute(f'LISTEN "{self._channel}"')
+                    if self._liveness:
+                        self._session_key = self._hold_session(conn)
                     self._listening.set()
                     self._wakeups.ring()  # notifications may have been missed until now
                     delay = 0.1
@@ -523,9 +549,46 @@ class PostgresStore(StoreCore):
                             self._wakeups.ring()
             except Exception:  # dropped or refused: waiters poll by timeout meanwhile
                 self._listening.clear()
+                self._session_key = None
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
         self._listening.clear()
+
+    @staticmethod
+    def _hold_session(conn: Any) -> int | None:
+        """Take a liveness lock on ``conn`` (the listener's direct connection) under a fresh
+        random key: the key of the runs this store claims while the connection lives."""
+        for _ in range(8):
+            key = 1 + secrets.randbelow(2**31 - 2)
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (LIVENESS_CLASS, key)
+            ).fetchone()
+            if row is not None and row[0]:
+                return key
+        return None  # every key taken (never, in practice): claims fall back to the lease
+
+    def _session(self) -> int | None:
+        """The key of the liveness lock the listener holds, while it holds it."""
+        return self._session_key if self._listening.is_set() else None
+
+    async def claim_queued(
+        self,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[RunRecord]:
+        """The core's claim, under this process's liveness session: the listener (started
+        here if it is not yet) holds it, so a worker's first claims already carry it."""
+        listening = self._listen()
+        if not listening.is_set() and limit > 0:
+            await anyio.to_thread.run_sync(listening.wait, _SESSION_WAIT_SECONDS)
+        return await super().claim_queued(
+            queues=queues, owner=owner, lease_seconds=lease_seconds, limit=limit,
+            exclude=exclude,
+        )  # fmt: skip
 
     # -- lifetime --------------------------------------------------------------------------
 

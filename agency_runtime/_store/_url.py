@@ -243,16 +243,22 @@ def _create(url: str, key: str, clock: Clock | None) -> Store:
 
 
 def _postgres(url: str, options: dict[str, str]) -> Store:
-    """A PostgreSQL store: ``schema`` and ``prepare`` are ours, every other option is handed
-    to libpq."""
+    """A PostgreSQL store: ``schema``, ``prepare`` and ``liveness`` are ours, every other
+    option is handed to libpq."""
     parts = urlsplit(url.strip())
-    rest = {key: value for key, value in options.items() if key not in ("schema", "prepare")}
-    prepare = options.get("prepare", "true").lower()
-    if prepare not in ("true", "false"):
-        raise InvalidArgumentError(
-            f"prepare={options['prepare']!r} in {redact(url)!r} must be true or false "
-            "(false for a pooler that cannot keep prepared statements)"
-        )
+    ours = ("schema", "prepare", "liveness")
+    rest = {key: value for key, value in options.items() if key not in ours}
+    flags: dict[str, bool] = {}
+    for name, why in (
+        ("prepare", "false for a pooler that cannot keep prepared statements"),
+        ("liveness", "false for a pooler in transaction mode: takeover then waits for leases"),
+    ):
+        value = options.get(name, "true").lower()
+        if value not in ("true", "false"):
+            raise InvalidArgumentError(
+                f"{name}={options[name]!r} in {redact(url)!r} must be true or false ({why})"
+            )
+        flags[name] = value == "true"
     timeout = 5.0
     if "connect_timeout" in rest:
         try:
@@ -272,5 +278,6 @@ def _postgres(url: str, options: dict[str, str]) -> Store:
     from ._postgres import PostgresStore
 
     return PostgresStore(
-        dsn, schema=schema, connect_timeout=timeout, prepare=prepare == "true", url=url
-    )
+        dsn, schema=schema, connect_timeout=timeout, url=url,
+        prepare=flags["prepare"], liveness=flags["liveness"],
+    )  # fmt: skip

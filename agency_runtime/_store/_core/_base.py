@@ -100,6 +100,36 @@ class CoreBase(ABC):
 
         return await self._run(what, work, check=check)
 
+    def _session(self) -> int | None:
+        """The liveness session this store holds for the runs it claims (``%(session)s``):
+        another claimer may take them at once when the session is gone. ``None``: no session
+        (their leases alone tell)."""
+        return None
+
+    def _holder_gone(self, run_id: str) -> Op[bool]:
+        """Whether ``run_id`` is running under a liveness session that is gone (one
+        statement where holders have sessions, none elsewhere)."""
+        d = self._d
+        if not d.session_set:
+            return False
+        row = (
+            yield Sql(
+                f"SELECT 1 FROM {d.t}runs WHERE run_id = %(run)s AND status = 'running' "
+                f"AND {d.session_gone}",
+                {"run": run_id},
+            )
+        ).one()
+        return row is not None
+
+    def _record_session(self, run_id: str) -> Op[None]:
+        """Write this store's liveness session on the run it just inserted as running."""
+        session = self._session()
+        if self._d.session_set and session is not None:
+            yield Sql(
+                f"UPDATE {self._d.t}runs SET lease_session = %(session)s WHERE run_id = %(run)s",
+                {"run": run_id, "session": session},
+            )
+
     # -- time -----------------------------------------------------------------------------
 
     def _now_param(self) -> float | None:

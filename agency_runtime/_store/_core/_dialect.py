@@ -63,6 +63,12 @@ class Dialect(ABC):
     server's clock where there is one."""
     server_now: str | None
     """A ``SELECT`` of the server's time, or ``None`` when the store always has a clock."""
+    session_gone: str = "(1 = 0)"
+    """A condition on a ``runs`` row: its holder's liveness session is known to be gone (the
+    process died), so its lease need not be waited out. Never true where holders have no
+    sessions (SQLite: a lease, and the same-machine dead-process check, tell)."""
+    session_set: str = ""
+    """The ``SET`` fragment a claim writes the claimer's session with (``%(session)s``)."""
 
     @property
     def memory_columns(self) -> str:

@@ -69,7 +69,8 @@ class QueuesCore(CoreBase):
             if limits:
                 running = yield Sql(
                     f"SELECT queue, count(*) FROM {t}runs WHERE queue{d.among('limited')} "
-                    "AND status = 'running' AND lease_expires_at > %(now)s GROUP BY queue",
+                    f"AND status = 'running' AND lease_expires_at > %(now)s "
+                    f"AND NOT {d.session_gone} GROUP BY queue",
                     {"limited": d.array(list(limits)), "now": now},
                 )
                 busy = {str(queue): int(count) for queue, count in running.rows}
@@ -80,7 +81,7 @@ class QueuesCore(CoreBase):
                 due = yield Sql(
                     f"SELECT run_id, queue FROM {t}runs WHERE queue{d.among('queues')} "
                     "AND (status = 'queued' OR (status = 'running' AND (lease_expires_at IS NULL "
-                    "OR lease_expires_at <= %(now)s)) OR (status = 'waiting' "
+                    f"OR lease_expires_at <= %(now)s OR {d.session_gone})) OR (status = 'waiting' "
                     "AND wake_at <= %(now)s)) "
                     f"AND run_id{d.among('skip', negated=True)} "
                     f"ORDER BY priority DESC, created_at, {d.seq} LIMIT %(n)s{d.skip_locked}",
@@ -99,10 +100,10 @@ class QueuesCore(CoreBase):
                 f"UPDATE {t}runs SET status = 'running', attempts = attempts + 1, "
                 "version = version + 1, started_at = COALESCE(started_at, %(now)s), "
                 "updated_at = %(now)s, lease_owner = %(owner)s, "
-                "lease_expires_at = %(expires)s, wake_at = NULL, waiting_for = NULL "
-                f"WHERE run_id{d.among('ids')} RETURNING {COLS}",
+                f"lease_expires_at = %(expires)s{d.session_set}, wake_at = NULL, "
+                f"waiting_for = NULL WHERE run_id{d.among('ids')} RETURNING {COLS}",
                 {"now": now, "owner": owner, "expires": now + lease_seconds,
-                 "ids": d.array(taken)},
+                 "ids": d.array(taken), "session": self._session()},
             )  # fmt: skip
             claimed = {run.run_id: run for run in map(run_record, updated.rows)}
             return [claimed[run_id] for run_id in taken]

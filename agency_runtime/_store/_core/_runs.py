@@ -34,6 +34,9 @@ class RunsCore(CoreBase):
                 existing = yield from self._fetch(record.run_id, lock=True)
                 now = yield from self._now()
                 decision = claim_decision(existing, now, steal_from)
+                if decision == "refuse" and (yield from self._holder_gone(record.run_id)):
+                    assert existing is not None
+                    decision = claim_decision(existing, now, existing.lease_owner)
                 if decision == "refuse":
                     assert existing is not None
                     return Claim(acquired=False, created=False, record=existing)
@@ -50,15 +53,17 @@ class RunsCore(CoreBase):
                     )
                     if not inserted.rows:
                         continue  # another claimant inserted it first: decide again
+                    yield from self._record_session(record.run_id)
                     return Claim(acquired=True, created=True, record=stored)
                 row = (
                     yield Sql(
                         f"UPDATE {t}runs SET status = 'running', attempts = attempts + 1, "
                         "version = version + 1, started_at = %(now)s, updated_at = %(now)s, "
                         "lease_owner = %(lease_owner)s, "
-                        "lease_expires_at = %(lease_expires_at)s, wake_at = NULL, "
-                        f"waiting_for = NULL WHERE run_id = %(run)s RETURNING {COLS}",
-                        {"now": now, "run": record.run_id, **lease},
+                        f"lease_expires_at = %(lease_expires_at)s{self._d.session_set}, "
+                        f"wake_at = NULL, waiting_for = NULL WHERE run_id = %(run)s "
+                        f"RETURNING {COLS}",
+                        {"now": now, "run": record.run_id, "session": self._session(), **lease},
                     )
                 ).one()
                 assert row is not None
