@@ -16,8 +16,12 @@ span of no work):
 * ``chat {model}``: one request to a model, with the GenAI semantic conventions:
   ``gen_ai.operation.name="chat"``, ``gen_ai.provider.name`` (the provider prefix of the
   model string: ``openai``, ``fake``), ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``,
-  ``gen_ai.usage.output_tokens``, and ``agency.cost_usd``. A replayed answer is a ``chat``
-  span with ``agency.replayed=true``, no usage and no provider call.
+  ``gen_ai.usage.output_tokens``, ``gen_ai.response.model``, ``gen_ai.response.id`` and
+  ``gen_ai.response.finish_reasons`` (what the provider reported), and ``agency.cost_usd``.
+  With ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`` (off by default: prompts
+  hold users' data) also ``gen_ai.input.messages`` and ``gen_ai.output.messages``, JSON in
+  the OpenAI chat shape, the model's api_key masked wherever they quote it. A replayed
+  answer is a ``chat`` span with ``agency.replayed=true``, no usage and no provider call.
 * ``execute_tool {name}``: a tool the model called (``gen_ai.tool.name``,
   ``gen_ai.tool.call.id``, ``agency.replayed``); a tool that raised is an error span.
 * ``agency.interrupt {effect}``: ``agency.interrupt.id``, ``agency.replayed`` (answered from
@@ -35,8 +39,9 @@ set ``agency.signal`` (``paused``, ``parked``, ``handed_back``, ``restored``,
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -49,13 +54,19 @@ except ImportError as missing:  # pragma: no cover - the extra is not installed
         "(opentelemetry-api and opentelemetry-sdk)"
     ) from missing
 
+from pydantic_core import to_json
+
 from . import __version__
 from ._core import _observe
 from ._errors import InvalidArgumentError, RestoreSignal, RunHandedBack, RunParked, RunPaused
+from ._secrets import mask
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 
 _SCOPE = "agency_runtime"
+
+CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""Set to ``true`` to record prompts and completions on chat spans (off by default)."""
 
 _SIGNALS: tuple[tuple[type[BaseException], str], ...] = (
     (RunPaused, "paused"),
@@ -170,6 +181,34 @@ class _Handle:
         self.span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         self.span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
         self.span.set_attribute("agency.cost_usd", cost_usd)
+
+    def responded(
+        self, model: str | None, response_id: str | None, finish_reasons: Sequence[str]
+    ) -> None:
+        if model:
+            self.span.set_attribute("gen_ai.response.model", _provider_and_model(model)[1])
+        if response_id:
+            self.span.set_attribute("gen_ai.response.id", response_id)
+        if finish_reasons:
+            self.span.set_attribute("gen_ai.response.finish_reasons", list(finish_reasons))
+
+    @property
+    def captures_content(self) -> bool:
+        return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
+
+    def content(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        text: str,
+        tool_calls: Sequence[Any],
+        secret: str | None,
+    ) -> None:
+        output: dict[str, Any] = {"role": "assistant", "content": text}
+        if tool_calls:
+            output["tool_calls"] = list(tool_calls)
+        for name, value in (("input", list(messages)), ("output", [output])):
+            shown = to_json(value, fallback=str).decode()
+            self.span.set_attribute(f"gen_ai.{name}.messages", mask(shown, secret))
 
     def failed(self, message: str, error: BaseException | None = None) -> None:
         if error is not None:

@@ -3,10 +3,10 @@
 A :class:`Worker` claims runnable runs of its queues — queued ones, runs answered with
 ``enqueue=True``, runs handed back by a draining worker, and running runs whose holder's
 lease expired or, on PostgreSQL, whose holder's liveness session is gone (it died: taken
-at the next poll, not after the lease) — atomically, so no two workers get the same run, and runs each
-under a lease it renews. Any worker recovers any dead worker's runs: there are no executor
-ids and no version scoping; a worker that cannot run an entry (not declared or not
-importable here) hands the run back for one that can.
+at the next poll, not after the lease) — atomically, so no two workers get the same run,
+and runs each under a lease it renews. Any worker recovers any dead worker's runs: there
+are no executor ids and no version scoping; a worker that cannot run an entry (not
+declared or not importable here) hands the run back for one that can.
 
 ``drain()`` stops claiming, asks every running run to stop after its next step commit, and
 hands those runs back to their queue (their leases released), so another worker continues

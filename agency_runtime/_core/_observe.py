@@ -13,8 +13,9 @@ kin, among them); the handles some of them yield take what is known only at the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = [
     "OBSERVER",
@@ -39,6 +40,26 @@ class ChatWatch(Protocol):
 
     def answered(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
         """The model answered: the tokens the provider counted and what the answer cost."""
+
+    def responded(
+        self, model: str | None, response_id: str | None, finish_reasons: Sequence[str]
+    ) -> None:
+        """What the provider said about its answer: the model that answered, the
+        response's id, why each choice ended (``stop``, ``length``, ``tool_calls``)."""
+
+    @property
+    def captures_content(self) -> bool:
+        """Whether :meth:`content` wants the messages (the user opted in)."""
+
+    def content(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        text: str,
+        tool_calls: Sequence[Any],
+        secret: str | None,
+    ) -> None:
+        """The messages sent and the answer (only when :attr:`captures_content`); ``secret``
+        (the model's api_key) is masked wherever they quote it."""
 
 
 class ToolWatch(Protocol):

@@ -14,7 +14,7 @@ its ``transient``; a litellm exception is classified as litellm's would be; a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import anyio
 import anyio.lowlevel
@@ -144,6 +144,8 @@ class FakeProvider:
             cost=fake.cost(usage),
             model=fake.model,
             tool_calls=answer.tool_calls,
+            response_id=_response_id(fake),
+            finish_reasons=_finish(answer.tool_calls),
         )
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamEvent]:
@@ -165,7 +167,13 @@ class FakeProvider:
             await anyio.lowlevel.checkpoint()
         usage = chat_usage(seen.messages, answer.text, answer.tool_calls)
         yield StreamEnd(
-            text=answer.text, usage=usage, cost=fake.cost(usage), tool_calls=answer.tool_calls
+            text=answer.text,
+            usage=usage,
+            cost=fake.cost(usage),
+            tool_calls=answer.tool_calls,
+            model=fake.model,
+            response_id=_response_id(fake),
+            finish_reasons=_finish(answer.tool_calls),
         )
 
     async def embed(self, request: EmbedRequest) -> EmbedResponse:
@@ -191,3 +199,13 @@ def _litellm_provider() -> ChatProvider:
 
 PROVIDER = FakeProvider()
 """The fake provider instance the registry routes ``fake/...`` models to."""
+
+
+def _response_id(fake: FakeModel) -> str:
+    """A fake response's id: the model's name and how many requests it has answered."""
+    return f"fake-{fake.name}-{len(fake.calls)}"
+
+
+def _finish(tool_calls: Sequence[object]) -> tuple[str, ...]:
+    """Why a fake answer ended: it called tools, or it stopped."""
+    return ("tool_calls",) if tool_calls else ("stop",)

@@ -370,6 +370,28 @@ def _chat_kwargs(request: ChatRequest) -> dict[str, Any]:
     return kwargs
 
 
+def _id_of(response: Any) -> str | None:
+    """The response's id (``chatcmpl-…``), when it has a non-empty one."""
+    value = getattr(response, "id", None)
+    return value if isinstance(value, str) and value else None
+
+
+def _finish_reasons_of(response: Any) -> tuple[str, ...]:
+    """Each choice's ``finish_reason``, in order (those the provider gave)."""
+    choices = getattr(response, "choices", None) or ()
+    reasons = (getattr(choice, "finish_reason", None) for choice in choices)
+    return tuple(r for r in reasons if isinstance(r, str) and r)
+
+
+def _last(chunks: list[Any], name: str) -> str | None:
+    """The last non-empty string attribute ``name`` of the stream's chunks."""
+    for chunk in reversed(chunks):
+        value = getattr(chunk, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 class LiteLLMProvider:
     """The default :class:`~._provider.ChatProvider`: any model litellm knows, lazily loaded."""
 
@@ -393,6 +415,8 @@ class LiteLLMProvider:
             cost=_cost_of(litellm, response),
             model=getattr(response, "model", None),
             tool_calls=_tool_calls_of(response),
+            response_id=_id_of(response),
+            finish_reasons=_finish_reasons_of(response),
             raw=response,
         )
 
@@ -443,6 +467,9 @@ class LiteLLMProvider:
             usage=_usage_of(rebuilt),
             cost=_cost_of(litellm, rebuilt),
             tool_calls=tool_pieces.calls() or _tool_calls_of(rebuilt),
+            model=getattr(rebuilt, "model", None) or _last(chunks, "model"),
+            response_id=_id_of(rebuilt) or _last(chunks, "id"),
+            finish_reasons=_finish_reasons_of(rebuilt),
             raw=rebuilt,
         )
 

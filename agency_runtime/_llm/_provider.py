@@ -168,6 +168,10 @@ class ChatResponse:
     """The model that answered, as the provider reports it."""
     tool_calls: tuple[ToolCall, ...] = ()
     """Tools the model called (its turn then has ``text`` as an optional note)."""
+    response_id: str | None = None
+    """The provider's id of this response, when it gives one."""
+    finish_reasons: tuple[str, ...] = ()
+    """Why each choice ended (``stop``, ``length``, ``tool_calls``, ...), when known."""
     raw: Any = field(default=None, repr=False, compare=False)
     """The provider library's own response object, for debugging (never journaled)."""
 
@@ -190,6 +194,12 @@ class StreamEnd:
     """US dollars, or ``None`` when unknown."""
     tool_calls: tuple[ToolCall, ...] = ()
     """Tools the model called, assembled from the stream's pieces."""
+    model: str | None = None
+    """The model that answered, as the provider reports it."""
+    response_id: str | None = None
+    """The provider's id of this response, when it gives one."""
+    finish_reasons: tuple[str, ...] = ()
+    """Why each choice ended, when known."""
     raw: Any = field(default=None, repr=False, compare=False)
 
 

@@ -100,7 +100,10 @@ async def _request(call: _Call, tool_choice: str | None = None) -> ChatResponse:
                 text=end.text,
                 usage=end.usage,
                 cost=end.cost,
+                model=end.model,
                 tool_calls=end.tool_calls,
+                response_id=end.response_id,
+                finish_reasons=end.finish_reasons,
                 raw=end.raw,
             )
         raise ProviderError(

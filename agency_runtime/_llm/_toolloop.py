@@ -189,6 +189,7 @@ async def _answer(
     call: _Call, watch: _observe.ChatWatch | None, tool_choice: str | None = None
 ) -> tuple[str, list[ToolCall]]:
     """Ask the model once; put its answer on the thread and bill it (``watch``: report it)."""
+    sent = call.thread.request_messages() if watch and watch.captures_content else None
     response = await _request(call, tool_choice)
     calls = list(response.tool_calls)
     if calls:
@@ -202,6 +203,11 @@ async def _answer(
     if watch is not None:
         usage = response.usage
         watch.answered(usage.prompt_tokens, usage.completion_tokens, pico_to_usd(pico))
+        watch.responded(response.model, response.response_id, response.finish_reasons)
+        if sent is not None:
+            key = call.model.api_key
+            secret = None if key is None else key.get_secret_value()
+            watch.content(sent, response.text, [c.to_openai() for c in calls], secret)
     return response.text, calls
 
 

@@ -456,6 +456,9 @@ async def test_via_litellm_tool_calls_match_the_seam() -> None:
     assert direct.usage == at_seam.usage
     assert direct.cost == pytest.approx(at_seam.cost)
     assert direct.raw.choices[0].finish_reason == "tool_calls"
+    assert direct.finish_reasons == at_seam.finish_reasons == ("tool_calls",)
+    assert isinstance(direct.response_id, str)
+    assert direct.response_id  # litellm's id of the response (chatcmpl-…)
     assert fake.calls[0].tools == [WEATHER.to_openai(), TIME.to_openai()]
     assert fake.calls[0].extra.get("tools") is None  # tools are their own field
 
@@ -497,6 +500,9 @@ async def test_via_litellm_streams_tool_calls_as_deltas(monkeypatch: pytest.Monk
     assert [c.name for c in end.tool_calls] == ["get_weather", "get_time"]
     assert end.usage == seam_end.usage
     assert end.cost == pytest.approx(seam_end.cost)
+    assert end.finish_reasons == seam_end.finish_reasons == ("tool_calls",)
+    assert end.response_id
+    assert end.model
 
 
 @SHARES_LITELLM

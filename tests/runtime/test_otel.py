@@ -6,6 +6,7 @@ unless asked."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -248,11 +249,38 @@ async def test_a_model_request_is_a_chat_span_with_genai_attributes(
         "gen_ai.request.model": "otel",
         "gen_ai.usage.input_tokens": 3,
         "gen_ai.usage.output_tokens": 3,
+        "gen_ai.response.model": "otel",
+        "gen_ai.response.id": "fake-otel-1",
+        "gen_ai.response.finish_reasons": ("stop",),
         "agency.cost_usd": pytest.approx(9e-6),
         "agency.step.path": "llm#0",
         "agency.replayed": False,
     }
     assert _attrs(run)["agency.cost_usd"] == pytest.approx(result.cost) == pytest.approx(9e-6)
+
+
+@agency.entry
+async def asks_with_a_key() -> str:
+    model = agency.Model("fake/otel", api_key="sk-very-secret-key")
+    return str(await agency.llm("my key is sk-very-secret-key, hello", model=model))
+
+
+@pytest.mark.parametrize("opt_in", ["true", "false"])
+async def test_prompts_and_answers_are_on_chat_spans_only_when_opted_in_and_scrubbed(
+    store: Store, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch, opt_in: str
+) -> None:
+    monkeypatch.setenv(otel.CAPTURE_CONTENT_ENV, opt_in)
+    with FakeModel("otel", replies=["noted, SK-VERY-SECRET-KEY"]):
+        await agency.run(asks_with_a_key, store=store)
+    attributes = _attrs(Spans(spans).one("chat otel"))
+    if opt_in == "false":
+        assert "gen_ai.input.messages" not in attributes
+        assert "gen_ai.output.messages" not in attributes
+        return
+    sent = json.loads(str(attributes["gen_ai.input.messages"]))
+    answer = json.loads(str(attributes["gen_ai.output.messages"]))
+    assert sent == [{"role": "user", "content": "my key is **********, hello"}]
+    assert answer == [{"role": "assistant", "content": "noted, **********"}]
 
 
 async def test_a_registered_model_names_its_provider_and_model(
@@ -291,6 +319,9 @@ async def test_tools_and_their_requests_nest_under_the_llm_call(
     assert _attrs(first)["agency.step.path"] == "llm#0/round#0"
     assert _attrs(second)["agency.step.path"] == "llm#0/round#1"
     assert all(isinstance(_attrs(c)["gen_ai.usage.input_tokens"], int) for c in (first, second))
+    assert _attrs(first)["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert _attrs(second)["gen_ai.response.finish_reasons"] == ("stop",)
+    assert "gen_ai.input.messages" not in _attrs(first)  # content only when opted in
     tool = seen.one("execute_tool weather")
     assert _attrs(tool) == {
         "gen_ai.operation.name": "execute_tool",
