@@ -161,6 +161,16 @@ def _end_sessions_of(store: Store, dsn: str) -> None:
             (LIVENESS_CLASS, key),
         ).fetchall()
     assert ended == [(True,)]
+    # pg_terminate_backend only signals the backend: wait until it is gone with its lock.
+    deadline = time.monotonic() + DEADLINE
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+            "AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 2",
+            (LIVENESS_CLASS, key),
+        ).fetchone():
+            assert time.monotonic() < deadline, "the ended session still holds its lock"
+            time.sleep(0.005)
 
 
 @pytest.mark.parametrize("liveness", [True, False])
