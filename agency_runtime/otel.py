@@ -10,7 +10,9 @@ span of no work):
 
 * ``agency.run {entry}``: one execution of a run (a resume is another execution).
   ``agency.run_id``, ``agency.entry``, ``agency.attempt``, and at the end
-  ``agency.run.status`` and ``agency.cost_usd`` (the run's whole cost so far).
+  ``agency.run.status`` and ``agency.cost_usd`` (the run's whole cost so far). It has a span
+  link to the run's previous execution (the store notes each execution's ``traceparent``),
+  and a queued child run's first execution links to its parent's call.
 * ``agency.step {name}``: a journaled unit (a scope step, an ``agency.llm`` call, a memory
   operation, a sleep or an event wait). ``agency.step.path``, ``agency.replayed``.
 * ``chat {model}``: one request to a model, with the GenAI semantic conventions:
@@ -160,6 +162,31 @@ def _provider_and_model(model: str) -> tuple[str, str]:
     return "litellm", model
 
 
+def _traceparent(span: Span) -> str | None:
+    """``span``'s context as a W3C ``traceparent`` (``None`` for an invalid one)."""
+    context = span.get_span_context()
+    if not context.is_valid:
+        return None
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+
+
+def _span_context(traceparent: str | None) -> trace.SpanContext | None:
+    """The span a stored ``traceparent`` names (``None`` when there is none or it is bad)."""
+    if not traceparent:
+        return None
+    parts = traceparent.split("-")
+    if len(parts) != 4 or parts[0] != "00":
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    context = trace.SpanContext(
+        trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(flags & 0xFF)
+    )
+    return context if context.is_valid else None
+
+
 # -- the observer ----------------------------------------------------------------------------
 
 
@@ -176,6 +203,9 @@ class _Handle:
         self.span.set_attribute("agency.cost_usd", cost_usd)
         if status == "failed" and error is not None:
             _failed(self.span, error)
+
+    def context(self) -> str | None:
+        return _traceparent(self.span)
 
     def answered(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
         self.span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
@@ -236,11 +266,13 @@ class _Tracing:
         attributes: Mapping[str, Any],
         kind: SpanKind = SpanKind.INTERNAL,
         interrupt: bool = False,
+        links: Sequence[trace.Link] = (),
     ) -> Iterator[_Handle]:
         with self.tracer.start_as_current_span(
             name,
             kind=kind,
             attributes=_attributes(attributes),
+            links=links,
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
@@ -258,9 +290,16 @@ class _Tracing:
             if interrupt:
                 span.set_attribute("agency.interrupt.paused", False)
 
-    def run(self, run_id: str, entry: str, attempt: int) -> AbstractContextManager[_Handle]:
+    def run(
+        self, run_id: str, entry: str, attempt: int, link: str | None = None
+    ) -> AbstractContextManager[_Handle]:
         attributes = {"agency.run_id": run_id, "agency.entry": entry, "agency.attempt": attempt}
-        return self._span(f"agency.run {entry}", attributes)
+        followed = _span_context(link)
+        links = () if followed is None else (trace.Link(followed),)
+        return self._span(f"agency.run {entry}", attributes, links=links)
+
+    def current(self) -> str | None:
+        return _traceparent(trace.get_current_span())
 
     def step(self, name: str, path: str, replayed: bool) -> AbstractContextManager[_Handle]:
         attributes = {"agency.step.path": path, "agency.replayed": replayed}

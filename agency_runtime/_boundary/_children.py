@@ -33,6 +33,7 @@ from typing import Any
 
 import anyio.lowlevel
 
+from .._core import _observe
 from .._core._branches import qualify
 from .._core._frame import Frame, current_frame_maybe, position_of
 from .._durable._effect import journaled, will_replay
@@ -56,6 +57,7 @@ from ._run import (
     check_same_inputs,
     child_event,
     drive,
+    note_trace_context,
     result_from_record,
 )
 from ._runtime import RUNTIME
@@ -213,7 +215,11 @@ class _Child:
             current = await self.store.get_run(self.run_id)
             if current is None:
                 queued = template.model_copy(update={"status": "queued", "queue": self.queue})
-                current = (await self.store.enqueue_run(queued)).record
+                claim = await self.store.enqueue_run(queued)
+                current = claim.record
+                obs = _observe.OBSERVER
+                if claim.created and obs is not None:  # the child's first span links here
+                    await note_trace_context(self.store, self.run_id, obs.current())
             if current.status in ("completed", "failed", "cancelled"):
                 return await self._ended()
             if current.status == "paused":

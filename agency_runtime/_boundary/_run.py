@@ -60,6 +60,7 @@ from .._errors import (
     RunNotFoundError,
     RunParked,
     RunPaused,
+    StoreError,
     StoreUnavailableError,
 )
 from .._llm._model import MODELS, Model, model_name, run_model
@@ -351,13 +352,36 @@ async def execute(
             store, record, owner, entry, args, kwargs,
             fresh=fresh, lease_seconds=lease_seconds, handback=handback, parent=parent,
         )  # fmt: skip
-    with obs.run(record.run_id, record.entry, record.attempts) as watch:
+    link = None if fresh else await read_trace_context(store, record.run_id)
+    with obs.run(record.run_id, record.entry, record.attempts, link) as watch:
+        await note_trace_context(store, record.run_id, watch.context())
         result = await _execute(
             store, record, owner, entry, args, kwargs,
             fresh=fresh, lease_seconds=lease_seconds, handback=handback, parent=parent,
         )  # fmt: skip
         watch.finished(result.status, result.cost, result.exception)
     return result
+
+
+async def read_trace_context(store: Store, run_id: str) -> str | None:
+    """The span the run's execution follows (its previous one, or the parent's call of a
+    queued child); ``None`` when unknown. Tracing never fails a run: a store error is
+    logged."""
+    try:
+        return await store.trace_context(run_id)
+    except StoreError as exc:
+        logger.debug("the trace context of run %r could not be read: %s", run_id, exc)
+        return None
+
+
+async def note_trace_context(store: Store, run_id: str, context: str | None) -> None:
+    """Note this execution's span for the run's next one (a store error is logged)."""
+    if context is None:
+        return
+    try:
+        await store.note_trace_context(run_id, context)
+    except StoreError as exc:
+        logger.debug("the trace context of run %r could not be noted: %s", run_id, exc)
 
 
 @dataclass(slots=True)

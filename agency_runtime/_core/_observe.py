@@ -34,6 +34,10 @@ class RunWatch(Protocol):
     def finished(self, status: str, cost_usd: float, error: BaseException | None) -> None:
         """The execution ended: the run's status, its whole cost so far, its error."""
 
+    def context(self) -> str | None:
+        """The execution's span as a W3C ``traceparent`` (noted in the store, so the run's
+        next execution links to it); ``None`` when it has none to give."""
+
 
 class ChatWatch(Protocol):
     """The handle of one request to a model."""
@@ -79,8 +83,15 @@ class InterruptWatch(Protocol):
 class Observer(Protocol):
     """What the runtime reports; each method opens a context manager around the work."""
 
-    def run(self, run_id: str, entry: str, attempt: int) -> AbstractContextManager[RunWatch]:
-        """One execution of a run (the entry called until it returns, pauses or fails)."""
+    def run(
+        self, run_id: str, entry: str, attempt: int, link: str | None = None
+    ) -> AbstractContextManager[RunWatch]:
+        """One execution of a run (the entry called until it returns, pauses or fails);
+        ``link``: the ``traceparent`` of the span it follows (the run's previous execution,
+        or the parent's call of a queued child run)."""
+
+    def current(self) -> str | None:
+        """The current span as a ``traceparent`` (``None`` when there is none)."""
 
     def step(self, name: str, path: str, replayed: bool) -> AbstractContextManager[object]:
         """A journaled unit: executed, or ``replayed`` from its journal entry (no work)."""

@@ -17,7 +17,7 @@ from .._errors import StoreSchemaError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
 
 _SCHEMA_1 = """
@@ -224,6 +224,13 @@ CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_id, created_at)
     WHERE parent_id IS NOT NULL
 """
 
+# Version 7: trace links. A traced execution of a run notes its span's context (a W3C
+# traceparent), so the run's next execution links its span to it; a queued child run's row
+# starts with its parent's call span. NULL: never traced.
+_SCHEMA_7 = """
+ALTER TABLE runs ADD COLUMN trace_context TEXT
+"""
+
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _SCHEMA_1),
     (2, _SCHEMA_2),
@@ -231,6 +238,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (4, _SCHEMA_4),
     (5, _SCHEMA_5),
     (6, _SCHEMA_6),
+    (7, _SCHEMA_7),
 )
 """Numbered migrations: a file at ``user_version`` N runs every script numbered above N."""
 

@@ -35,7 +35,7 @@ __all__ = [
     "quoted",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema this version writes; a schema with a higher recorded version is refused."""
 
 _LOCK_CLASS = 0x6167_656E  # "agen": the advisory-lock class of agency-runtime's migrations
@@ -203,8 +203,15 @@ _SCHEMA_4 = """
 ALTER TABLE {s}.runs ADD COLUMN lease_session BIGINT
 """
 
+# Version 5: trace links (SQLite's version 7). A traced execution notes its span's context
+# (a W3C traceparent) so the run's next execution links to it; a queued child run's row
+# starts with its parent's call span.
+_SCHEMA_5 = """
+ALTER TABLE {s}.runs ADD COLUMN trace_context TEXT
+"""
+
 MIGRATIONS: tuple[tuple[int, str], ...] = (
-    (1, _SCHEMA_1), (2, _SCHEMA_2), (3, _SCHEMA_3), (4, _SCHEMA_4),
+    (1, _SCHEMA_1), (2, _SCHEMA_2), (3, _SCHEMA_3), (4, _SCHEMA_4), (5, _SCHEMA_5),
 )  # fmt: skip
 """Numbered migrations: a schema at version N runs every script numbered above N."""
 

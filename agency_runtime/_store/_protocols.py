@@ -189,6 +189,15 @@ class RunLog(Protocol):
         """Copy a run and its journal up to position ``upto_seq`` under a new id (paused)."""
         ...
 
+    async def trace_context(self, run_id: str) -> str | None:
+        """The trace context (a W3C ``traceparent``) the run's last traced execution noted, or
+        its parent's call span for a queued child run; ``None`` when never traced."""
+        ...
+
+    async def note_trace_context(self, run_id: str, context: str) -> None:
+        """Note ``context`` (a ``traceparent``) as the run's trace context (for span links)."""
+        ...
+
 
 @runtime_checkable
 class RunQueue(Protocol):

@@ -21,8 +21,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from agency_runtime import InvalidArgumentError, ResumableScope, Store, agency, approve, otel
+from agency_runtime import (
+    InvalidArgumentError,
+    ResumableScope,
+    Store,
+    Worker,
+    agency,
+    approve,
+    otel,
+)
 from agency_runtime.testing import FakeModel, FakeToolCall
+from tests.support import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -590,6 +599,54 @@ async def test_a_child_runs_span_is_inside_its_parents_call(
     assert seen.parent(call) == parent
     assert child.context.trace_id == parent.context.trace_id
     assert seen.children(child) == ["agency.step one", "agency.step two"]
+
+
+async def test_a_resumed_execution_links_to_the_one_before(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    with FakeModel("otel", replies=["hi"]):
+        paused = await agency.run(step_llm_interrupt, run_id="linked", store=store)
+        first = Spans(spans).one(f"agency.run {ENTRY}step_llm_interrupt")
+        assert list(first.links) == []  # a run's first execution follows nothing
+        (interrupt,) = paused.interrupts
+        await agency.respond_to_interrupts(
+            "linked", {interrupt.interrupt_id: approve()}, store=store
+        )
+    second = Spans(spans).one(f"agency.run {ENTRY}step_llm_interrupt")
+    assert second.context.trace_id != first.context.trace_id  # a new trace (new process, too)
+    (link,) = second.links
+    assert (link.context.trace_id, link.context.span_id) == (
+        first.context.trace_id,
+        first.context.span_id,
+    )
+
+
+@agency.entry
+async def traced_child(n: int) -> int:
+    return n * 2
+
+
+@agency.entry
+async def traced_parent() -> int:
+    child = await agency.run(traced_child, 21, queue="traced")
+    return int(child.value)
+
+
+async def test_a_queued_childs_span_links_to_its_parents_call(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    async with serving(Worker(store, queues=["traced"], poll=0.05)):
+        result = await agency.run(traced_parent, run_id="traced", store=store)
+    assert result.value == 42
+    seen = Spans(spans)
+    child = seen.one(f"agency.run {ENTRY}traced_child")
+    call = next(s for s in seen.named("agency.step agency.run") if s.end_time is not None)
+    assert seen.parent(call) is not None
+    (link,) = child.links  # a worker's task: another trace, linked to the call that asked
+    assert (link.context.trace_id, link.context.span_id) == (
+        call.context.trace_id,
+        call.context.span_id,
+    )
 
 
 async def retried_step() -> str:

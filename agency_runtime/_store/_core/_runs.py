@@ -167,6 +167,22 @@ class RunsCore(CoreBase):
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._run(f"read run {run_id!r}", lambda: self._fetch(run_id))
 
+    async def trace_context(self, run_id: str) -> str | None:
+        query = f"SELECT trace_context FROM {self._d.t}runs WHERE run_id = %(run)s"
+
+        def work() -> Op[str | None]:
+            row = (yield Sql(query, {"run": run_id})).one()
+            return None if row is None or row[0] is None else str(row[0])
+
+        return await self._run(f"read the trace context of run {run_id!r}", work)
+
+    async def note_trace_context(self, run_id: str, context: str) -> None:
+        query = f"UPDATE {self._d.t}runs SET trace_context = %(context)s WHERE run_id = %(run)s"
+        await self._one(
+            f"note the trace context of run {run_id!r}",
+            Sql(query, {"run": run_id, "context": context}),
+        )
+
     async def list_runs(
         self,
         *,
