@@ -24,6 +24,7 @@ from ._errors import RunFailedError, RunPausedError
 
 __all__ = [
     "FINAL_STATUSES",
+    "MAX_TRACEBACK",
     "Checkpoint",
     "Claim",
     "DeferredModel",
@@ -41,6 +42,7 @@ __all__ = [
     "Schedule",
     "Time",
     "bind_store",
+    "note_failing_step",
     "store_of",
 ]
 
@@ -162,6 +164,21 @@ def store_of(value: object) -> Any:
     return value._source.store if isinstance(value, _FromStore) else None
 
 
+_FAILING_STEP = "__agency_failing_step__"
+MAX_TRACEBACK = 16_384
+"""The most characters of a traceback a run's error keeps (its end: the innermost frames)."""
+
+
+def note_failing_step(exc: BaseException, name: str, path: str) -> None:
+    """Mark ``exc`` as raised out of the journaled unit ``name`` at ``path``, unless a unit
+    inside it was marked first (the innermost unit is the failing step)."""
+    if isinstance(exc, Exception) and not hasattr(exc, _FAILING_STEP):
+        try:
+            setattr(exc, _FAILING_STEP, f"{name} at {path}" if path else name)
+        except (AttributeError, TypeError):  # an exception type without attributes
+            pass
+
+
 class ErrorInfo(DeferredModel):
     """The JSON form of an exception that ended a run."""
 
@@ -170,12 +187,31 @@ class ErrorInfo(DeferredModel):
     type: str
     message: str
     module: str | None = None
+    step: str | None = None
+    """The journaled unit it came out of (``"charge at main/2"``), when it came out of one."""
+    traceback: str | None = None
+    """Its traceback (the end, at most :data:`MAX_TRACEBACK` characters), secrets masked."""
 
     @classmethod
-    def from_exception(cls, exc: BaseException) -> ErrorInfo:
-        """Describe ``exc`` by its class name, message and defining module."""
+    def from_exception(cls, exc: BaseException, *secrets: str | None) -> ErrorInfo:
+        """Describe ``exc`` by its class name, message, defining module, failing step and
+        traceback, with each of ``secrets`` masked in the message and the traceback."""
+        import traceback  # on first failure: not needed to import agency_runtime
+
+        from ._secrets import mask
+
         kind = type(exc)
-        return cls(type=kind.__qualname__, message=str(exc), module=kind.__module__)
+        text = "".join(traceback.format_exception(exc))
+        if len(text) > MAX_TRACEBACK:
+            text = "…" + text[-(MAX_TRACEBACK - 1) :]
+        step = getattr(exc, _FAILING_STEP, None)
+        return cls(
+            type=kind.__qualname__,
+            message=mask(str(exc), *secrets),
+            module=kind.__module__,
+            step=step if isinstance(step, str) else None,
+            traceback=mask(text, *secrets),
+        )
 
 
 class Interrupt(_FromStore):

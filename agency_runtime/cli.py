@@ -520,6 +520,8 @@ class _Commands:
             fields.append(("value", record.value))
         if record.error is not None:
             fields.append(("error", f"{record.error.type}: {record.error.message}"))
+            if record.error.step:
+                fields.append(("failed in", record.error.step))
         fields += [
             ("attempts", str(record.attempts)),
             ("cost", _usd(record.cost_pico)),

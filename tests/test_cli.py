@@ -321,6 +321,24 @@ def test_respond_needs_an_answer(
     assert "one of the arguments --approve --reject --answers is required" in err
 
 
+@agency.entry
+async def fails_in_a_step(item: str) -> str:
+    async def body(s: ResumableScope) -> str:
+        return await s.step(lambda: flaky(item), name="pick")
+
+    return await agency.with_resumable_scope("stock", body)
+
+
+def test_show_names_the_step_a_failed_run_failed_in(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert agency.run_sync(fails_in_a_step, "tea", run_id="f-2", store=url).status == "failed"
+    code, out, _ = run_cli(capsys, "runs", "show", "f-2", "--store", url)
+    assert code == 0
+    assert "ValueError: no stock for tea" in out
+    assert "pick at stock/0" in out
+
+
 def test_resume_a_failed_run_whose_entry_now_succeeds(
     url: str, runs: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -612,7 +612,7 @@ def _outcome_record(attempt: _Attempt, ending: _Ending, finished: float | None) 
             "wake_at": None if parked is None else parked.wake_at,
             "waiting_for": [] if parked is None else list(parked.events),
             "value": ending.value_json,
-            "error": None if error is None else ErrorInfo.from_exception(error),
+            "error": None if error is None else ErrorInfo.from_exception(error, *_secrets(attempt)),
             "interrupts": ending.interrupts,
             "cost_pico": attempt.ctx.cost_pico,
             "tokens": attempt.ctx.tokens,
@@ -620,6 +620,17 @@ def _outcome_record(attempt: _Attempt, ending: _Ending, finished: float | None) 
             "finished_at": finished,
         }
     )
+
+
+def _secrets(attempt: _Attempt) -> list[str]:
+    """What a failed run's stored error must not quote: the api_keys of its model and of
+    every registered model."""
+    keys = MODELS.api_keys()
+    model = attempt.ctx.model
+    key = getattr(model, "api_key", None) if model is not None else None
+    if key is not None and hasattr(key, "get_secret_value"):
+        keys.append(key.get_secret_value())
+    return keys
 
 
 def _descendants_pico(journal: RunJournal | None) -> int:

@@ -35,7 +35,7 @@ from .._core._branches import close_base, open_base
 from .._core._changes import CHANGES, Change, Recorder
 from .._core._frame import _FRAME, Frame
 from .._errors import JournalCorruptError, NondeterminismError
-from .._types import JournalEntry
+from .._types import JournalEntry, note_failing_step
 from ._failures import decode_failure, encode_failure
 from ._journal import RunJournal, journal_of
 from ._replay import replay_changes
@@ -174,13 +174,15 @@ async def perform(
         text, value = encode(result)
     except failures as exc:
         CHANGES.reset(token)
+        note_failing_step(exc, name, path)
         await _commit(frame, journal, path, name, callsite, recorder, "null", None, exc)
         if outer is not None:
             outer.absorb(recorder, spend=False)
         journal.failed(path, exc)
         raise
-    except BaseException:
+    except BaseException as exc:
         CHANGES.reset(token)
+        note_failing_step(exc, name, path)
         if outer is not None:
             outer.absorb(recorder, spend=True)  # uncommitted: the spend stays with the outer
         raise

@@ -383,6 +383,12 @@ class ModelRegistry:
         with self._lock:
             return sorted(self._models)
 
+    def api_keys(self) -> list[str]:
+        """The api_keys of the registered models (to mask them where an error quotes one)."""
+        with self._lock:
+            keys = [m.api_key for m in self._models.values() if m.api_key is not None]
+        return [key.get_secret_value() for key in keys]
+
     def clear(self) -> None:
         """Forget every registered model (tests)."""
         with self._lock:

@@ -401,6 +401,9 @@ class _Inspector:
             "error_message": None
             if record.error is None
             else clip.text(record.error.message, views.VALUE_PREVIEW),
+            "error_traceback": None
+            if record.error is None or not record.error.traceback
+            else clip.text(record.error.traceback, views.VALUE_PREVIEW),
             "pending": pending,
             "children": children,
             "more_children": len(newest) > CHILDREN_SHOWN,

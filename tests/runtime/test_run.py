@@ -137,6 +137,51 @@ async def test_an_entry_that_raises_gives_a_failed_result(store: Store) -> None:
     assert stored.error == result.error
 
 
+def charge_card(amount: int) -> int:
+    if amount > 100:
+        raise ValueError(f"declined: {amount} over the limit (key sk-test-secret-0042)")
+    return amount
+
+
+async def test_a_failed_run_names_its_failing_step_and_keeps_its_traceback_scrubbed(
+    store: Store,
+) -> None:
+    agency.register_model(agency.Model("fake/echo", name="billing", api_key="sk-test-secret-0042"))
+
+    async def entry() -> int:
+        async def body(s: Any) -> int:
+            first = await s.step(lambda: charge_card(5), name="small")
+            return first + await s.step(lambda: charge_card(500), name="charge")
+
+        return await agency.with_resumable_scope("pay", body)
+
+    try:
+        result = await agency.run(entry, run_id="declined", store=store)
+    finally:
+        agency.unregister_model("billing")
+    assert result.error is not None
+    assert result.error.step == "charge at pay/1"  # the unit the error came out of
+    trace = result.error.traceback
+    assert trace is not None
+    assert "in charge_card" in trace
+    assert 'raise ValueError(f"declined: {amount} over the limit' in trace
+    assert trace.rstrip().endswith("ValueError: declined: 500 over the limit (key **********)")
+    assert "sk-test-secret-0042" not in trace + result.error.message  # a model's key, masked
+    stored = await agency.runs.get("declined", store=store)
+    assert stored.error == result.error  # kept by the store
+
+
+async def test_an_error_raised_outside_any_step_names_no_step(store: Store) -> None:
+    def entry() -> None:
+        raise KeyError("nope")
+
+    result = await agency.run(entry, store=store)
+    assert result.error is not None
+    assert result.error.step is None
+    assert result.error.traceback is not None
+    assert "KeyError: 'nope'" in result.error.traceback
+
+
 async def test_a_failed_run_runs_again_and_its_spend_accumulates(store: Store) -> None:
     attempts: list[int] = []
 

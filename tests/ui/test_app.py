@@ -696,6 +696,30 @@ def test_security_headers_on_every_response(store: Store, client: TestClient) ->
     assert "SameSite=strict" in fresh.headers["set-cookie"]
 
 
+def _refuse(item: str) -> str:
+    raise LookupError(f"no stock of {item}")
+
+
+@agency.entry
+async def fails_in_a_step(item: str) -> str:
+    async def body(s: ResumableScope) -> str:
+        await s.step(lambda: _work("a"), name="reserve")
+        return await s.step(lambda: _refuse(item), name="pick")
+
+    return await agency.with_resumable_scope("warehouse", body)
+
+
+def test_a_failed_run_shows_its_failing_step_and_traceback(
+    store: Store, client: TestClient
+) -> None:
+    agency.run_sync(fails_in_a_step, "tea", run_id="picked", store=store)
+    page = client.get("/run", params={"id": "picked"})
+    assert page.status_code == 200
+    assert "failed in <code>pick at warehouse/1</code>" in page.text
+    assert "in _refuse" in page.text  # the traceback, innermost frame last
+    assert "LookupError: no stock of tea" in page.text
+
+
 def test_hostile_strings_are_escaped(store: Store, client: TestClient) -> None:
     run_id = f"run-{HOSTILE}"
     result = agency.run_sync(hostile, HOSTILE, run_id=run_id, store=store)
