@@ -10,6 +10,7 @@ the command line (whose options report the same message as a usage error).
 from __future__ import annotations
 
 import math
+import re
 from datetime import timedelta
 
 from ._errors import InvalidArgumentError
@@ -19,6 +20,7 @@ __all__ = [
     "LATEST_TIME",
     "MAX_INT",
     "MAX_SECONDS",
+    "check_duration",
     "check_seconds",
     "check_whole",
     "shown",
@@ -72,6 +74,37 @@ def check_seconds(
             f"got {shown(value)}"
         )
     return float(seconds)
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*", re.IGNORECASE)
+
+
+def check_duration(value: object, what: str) -> float:
+    """``value`` as seconds (>= 0, at most :data:`MAX_SECONDS`): a number of seconds, a
+    ``timedelta``, or a string of a number and a unit, ``s``, ``m``, ``h`` or ``d``
+    (``"30d"``, ``"12h"``, ``"90m"``, ``"45s"``; a bare number is seconds); else an
+    InvalidArgumentError that names ``what``, what was wrong and what to write."""
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value)
+        if match is None:
+            raise InvalidArgumentError(
+                f"{what} must be a duration like '30d', '12h', '90m' or '45s' (a number and "
+                f"a unit: d days, h hours, m minutes, s seconds), got {shown(value)}"
+            )
+        number, unit = match.groups()
+        seconds = float(number) * _UNITS[unit.lower() or "s"]
+        if not seconds <= MAX_SECONDS:
+            raise InvalidArgumentError(
+                f"{what} must be at most 36525d (100 years), got {shown(value)}"
+            )
+        return seconds
+    if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        raise InvalidArgumentError(
+            f"{what} must be a number of seconds, a datetime.timedelta or a duration like "
+            f"'30d', '12h', '90m' or '45s', got {shown(value)}"
+        )
+    return check_seconds(value, what)
 
 
 def _number(value: float) -> str:

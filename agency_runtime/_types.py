@@ -25,6 +25,7 @@ from ._errors import RunFailedError, RunPausedError
 __all__ = [
     "FINAL_STATUSES",
     "MAX_TRACEBACK",
+    "PRUNABLE_STATUSES",
     "Checkpoint",
     "Claim",
     "DeferredModel",
@@ -54,6 +55,11 @@ or handed back by a draining worker). ``waiting``: parked by a worker in ``agenc
 ``agency.wait_for_event``; a worker continues it at ``wake_at`` or when the event comes."""
 
 FINAL_STATUSES: frozenset[str] = frozenset({"completed", "cancelled"})
+
+PRUNABLE_STATUSES: tuple[RunStatus, ...] = ("completed", "failed", "cancelled")
+"""The statuses of runs that ended, which ``agency.runs.prune`` may delete: the final ones,
+and ``failed`` (a failed run can be resumed, but nothing continues it on its own). A queued,
+running, waiting or paused run is never pruned."""
 
 Time = Annotated[float, Field(allow_inf_nan=False, ge=EARLIEST_TIME, le=LATEST_TIME)]
 """A stored time, seconds since the epoch: finite and within the years 1 to 9999, so it can

@@ -13,7 +13,9 @@ Commands::
     agency runs wait RUN_ID [--timeout S]
     agency runs cancel RUN_ID
     agency runs fork RUN_ID STEP_PATH [--new-id ID]
-    agency worker [--queue NAME]... [--concurrency N] [--lease S] [--poll S] [--import MODULE]...
+    agency runs prune --older-than AGE [--status completed,failed,cancelled]
+    agency worker [--queue NAME]... [--concurrency N] [--lease S] [--poll S]
+                  [--prune-after AGE] [--import MODULE]...
     agency ui [--host 127.0.0.1] [--port 8765] [--token T] [--import MODULE]...
 
 ``agency ui`` serves the run inspector (extra ``ui``): a local web page of the store's runs,
@@ -31,7 +33,9 @@ as text (arguments, values, step results, locals, …) decoded into JSON values,
 ``cost_usd`` (US dollars) and times as ISO 8601 UTC strings. ``runs list`` pages with
 ``--limit`` / ``--offset``, newest first; ``--parent ID`` lists the child runs run ``ID``
 started. ``runs tree`` shows a run and its descendants, each under its parent, in the order
-they were created.
+they were created. ``runs prune`` deletes the runs that ended more than AGE ago (``30d``,
+``12h``, ``90m``, ``45s``, or seconds) with their journals, events and child runs, and prints
+how many; ``worker --prune-after AGE`` does the same at start and every hour.
 
 Errors print one line, ``agency: error: <message>``, to stderr and exit 1 (with ``--json``:
 ``{"error": {"type": ..., "message": ...}}`` on stdout); usage errors exit 2; Ctrl-C exits
@@ -66,10 +70,10 @@ from typing import Any, Literal, TextIO, cast
 import anyio
 from pydantic_core import to_json, to_jsonable_python
 
-from ._boundary._admin import MAX_LIST_LIMIT, MAX_TREE_RUNS
+from ._boundary._admin import MAX_LIST_LIMIT, MAX_TREE_RUNS, prune_statuses
 from ._boundary._runtime import RUNTIME
 from ._boundary._worker import MAX_CONCURRENCY, Worker
-from ._bounds import MAX_INT, check_seconds, check_whole
+from ._bounds import MAX_INT, check_duration, check_seconds, check_whole
 from ._core._money import PICO_PER_USD
 from ._errors import (
     AgencyError,
@@ -83,6 +87,7 @@ from ._llm._litellm import add_import_notice
 from ._store import RunRecord, Store, resolve_store
 from ._store._url import DEFAULT_STORE_URL, _parse
 from ._types import (
+    PRUNABLE_STATUSES,
     Interrupt,
     InterruptResponse,
     JournalEntry,
@@ -714,6 +719,7 @@ class _Commands:
             lease=ns.lease,
             poll=ns.poll,
             park_after=ns.park_after,
+            prune_after=ns.prune_after,
         )
         print(
             f"worker {worker.owner}: serving queue(s) {', '.join(worker.queues)} of "
@@ -721,6 +727,13 @@ class _Commands:
             file=self.err,
             flush=True,
         )
+        if ns.prune_after is not None:
+            print(
+                f"worker {worker.owner}: pruning runs that ended over {ns.prune_after.text} "
+                f"ago, now and every {worker.prune_every:g}s",
+                file=self.err,
+                flush=True,
+            )
         async with anyio.create_task_group() as group:
             group.start_soon(_drain_on_signal, worker, group.cancel_scope, self.err)
             await worker.run()
@@ -823,6 +836,23 @@ class _Commands:
         else:
             print(
                 f"run {record.run_id} is {record.status} already; nothing to cancel", file=self.out
+            )
+        return 0
+
+    async def prune(self) -> int:
+        """``agency runs prune --older-than AGE [--status S,S]``."""
+        statuses = self.ns.status
+        deleted = await agency.runs.prune(
+            older_than=self.ns.older_than, status=statuses, store=self.store
+        )
+        if self.as_json:
+            _dump({"deleted": deleted, "older_than_seconds": float(self.ns.older_than),
+                   "statuses": list(statuses)}, self.out)  # fmt: skip
+        else:
+            print(
+                f"deleted {deleted} run(s) that ended over {self.ns.older_than.text} ago "
+                f"({', '.join(statuses)})",
+                file=self.out,
             )
         return 0
 
@@ -1062,6 +1092,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a run waiting longer than S seconds (agency.sleep, agency.wait_for_event) "
         "parks and frees its slot (default 30)",
     )
+    worker.add_argument(
+        "--prune-after",
+        type=_age("--prune-after"),
+        metavar="AGE",
+        help="delete runs that ended over AGE ago (30d, 12h, 90m, 45s) with their journals "
+        "and child runs, at start and every hour (as `agency runs prune`; default: never)",
+    )
     _add_imports(worker)
 
     schedules = commands.add_parser(
@@ -1131,7 +1168,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_imports(ui)
 
     runs = commands.add_parser(
-        "runs", help="list, inspect, resume, answer, cancel and fork runs", parents=[common]
+        "runs", help="list, inspect, resume, answer, cancel, fork and prune runs", parents=[common]
     )
     sub = runs.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -1252,7 +1289,63 @@ def build_parser() -> argparse.ArgumentParser:
     fork.add_argument("run_id", metavar="RUN_ID")
     fork.add_argument("step_path", metavar="STEP_PATH", help="e.g. order/1 (see runs journal)")
     fork.add_argument("--new-id", metavar="ID", help="the new run's id (default: generated)")
+
+    prune = sub.add_parser(
+        "prune",
+        help="delete runs that ended long ago, with their journals and child runs",
+        parents=[common],
+        description="Delete the completed, failed and cancelled runs last updated more than "
+        "AGE ago, with their journals, events and child runs (about 500 runs per "
+        "transaction), and print how many. A queued, running, waiting or paused run is never "
+        "deleted, nor a run above one; a child run goes only with its parent.",
+    )
+    prune.add_argument(
+        "--older-than",
+        type=_age("--older-than"),
+        required=True,
+        metavar="AGE",
+        help="how long ago the runs ended: 30d, 12h, 90m, 45s (or seconds)",
+    )
+    prune.add_argument(
+        "--status",
+        type=_prune_statuses,
+        default=tuple(PRUNABLE_STATUSES),
+        metavar="S[,S]",
+        help="only runs with these statuses, comma-separated (default: "
+        f"{','.join(PRUNABLE_STATUSES)})",
+    )
     return parser
+
+
+class _Age(float):
+    """An ``AGE`` option's seconds, which remember how the command line wrote them."""
+
+    text: str
+
+    def __new__(cls, seconds: float, text: str) -> _Age:
+        age = super().__new__(cls, seconds)
+        age.text = text
+        return age
+
+
+def _age(option: str) -> Callable[[str], float]:
+    """An argparse type: an age (``30d``, ``12h``, ``90m``, ``45s``, or seconds)."""
+
+    def parse(text: str) -> float:
+        try:
+            return _Age(check_duration(text, option), text.strip())
+        except InvalidArgumentError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _prune_statuses(text: str) -> tuple[RunStatus, ...]:
+    """``runs prune --status``: comma-separated statuses of runs that ended."""
+    try:
+        return prune_statuses([part.strip() for part in text.split(",")])
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _seconds(option: str, *, zero: bool = False, low: float = 0.0) -> Callable[[str], float]:

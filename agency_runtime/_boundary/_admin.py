@@ -1,23 +1,25 @@
 """``agency.runs``: an admin view of the runs in a store (list, tree, get, journal, cancel,
-fork), and sending events to runs (``send``)."""
+fork), sending events to runs (``send``), and deleting runs that ended long ago (``prune``)."""
 
 from __future__ import annotations
 
 import builtins
 import uuid
+from collections.abc import Collection
+from datetime import timedelta
 from typing import Any, get_args
 
-from .._bounds import check_whole, shown
+from .._bounds import check_duration, check_whole, shown
 from .._errors import InvalidArgumentError, RunNotFoundError
 from .._store import RunRecord, Store
-from .._types import JournalEntry, RunEvent, RunResult, RunStatus, bind_store
+from .._types import PRUNABLE_STATUSES, JournalEntry, RunEvent, RunResult, RunStatus, bind_store
 from .._waits import check_event_name, encode_payload
 from ._queue import wait
 from ._resume import get_record
 from ._run import tell_parent
 from ._runtime import RUNTIME
 
-__all__ = ["MAX_LIST_LIMIT", "MAX_TREE_RUNS", "RunsNamespace"]
+__all__ = ["MAX_LIST_LIMIT", "MAX_TREE_RUNS", "RunsNamespace", "prune_statuses"]
 
 MAX_LIST_LIMIT = 10_000
 """The most runs one ``agency.runs.list`` call returns; page with ``offset`` for more."""
@@ -180,6 +182,55 @@ class RunsNamespace:
         if remembered is not None:
             RUNTIME.entries.remember(new_id, remembered)  # a closure's fork resumes here too
         return new_id
+
+    async def prune(
+        self,
+        *,
+        older_than: float | timedelta | str,
+        status: RunStatus | Collection[RunStatus] | None = None,
+        store: str | Store | None = None,
+    ) -> int:
+        """Delete the runs that ended more than ``older_than`` ago, with their journals,
+        events and child runs; return how many runs were deleted.
+
+        ``older_than`` is seconds (a number), a ``timedelta``, or a string such as ``"30d"``,
+        ``"12h"``, ``"90m"`` or ``"45s"``; a run's age is the time since it last changed (on
+        the store's clock). ``status`` is ``"completed"``, ``"failed"`` or ``"cancelled"``,
+        or a collection of them (default: all three). A run is deleted with every run below
+        it, and only when all of them have ended and are that old: a queued, running,
+        waiting or paused run is never deleted, nor the runs above it, and a child run goes
+        only with its parent. The store deletes about 500 runs per transaction.
+        """
+        seconds = check_duration(older_than, "older_than")
+        statuses = prune_statuses(status)
+        return await RUNTIME.stores.resolve(store).prune_runs(older_than=seconds, statuses=statuses)
+
+
+def prune_statuses(status: object) -> tuple[RunStatus, ...]:
+    """``agency.runs.prune``'s ``status``: the statuses it names (``None``: every prunable
+    one), or an InvalidArgumentError saying which may be pruned."""
+    if status is None:
+        return PRUNABLE_STATUSES
+    named = [status] if isinstance(status, str) else status
+    allowed = ", ".join(PRUNABLE_STATUSES[:-1]) + " or " + PRUNABLE_STATUSES[-1]
+    if not isinstance(named, Collection) or isinstance(named, bytes | dict) or not named:
+        raise InvalidArgumentError(
+            f"status must be one of {allowed}, or a list of them, got {shown(status)}"
+        )
+    chosen: list[RunStatus] = []
+    for one in named:
+        if one in PRUNABLE_STATUSES:
+            chosen.append(one)
+        elif isinstance(one, str) and one in get_args(RunStatus):
+            raise InvalidArgumentError(
+                f"status {one!r} cannot be pruned: a {one} run has not ended; prune deletes "
+                f"only {allowed} runs"
+            )
+        else:
+            raise InvalidArgumentError(
+                f"status must be one of {allowed} (or a list of them), got {shown(one)}"
+            )
+    return tuple(dict.fromkeys(chosen))
 
 
 _CANCEL_PAGE = 500

@@ -16,6 +16,10 @@ Time: a run's wait (``agency.sleep``, ``agency.wait_for_event``) longer than ``p
 parks it (``waiting``), freeing its slot; workers claim it again when it falls due. Workers
 also fire the schedules of their queues (``agency.schedules``). Between claims a worker
 sleeps until the next wake-up or schedule the store knows of, a notification, or ``poll``.
+
+Retention: a worker given ``prune_after`` deletes the runs that ended longer ago than that
+(``agency.runs.prune``) when it starts and every ``prune_every`` seconds after, in the
+background; a prune that fails is logged and tried again at the next one.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ import logging
 import math
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 
 import anyio
 from pydantic import ValidationError
 
-from .._bounds import check_seconds, check_whole
+from .._bounds import check_duration, check_seconds, check_whole
 from .._durable._leases import owner_id
 from .._durable._values import decode_arguments
 from .._errors import AgencyError, InvalidArgumentError, StoreError
@@ -52,6 +57,10 @@ MAX_CONCURRENCY = 10_000
 """The most runs one worker runs at once."""
 
 
+PRUNE_EVERY_SECONDS = 3600.0
+"""How often a worker given ``prune_after`` prunes (after the prune it makes at start)."""
+
+
 class Worker:
     """Claims queued runs of ``queues`` from ``store`` and runs up to ``concurrency`` at once.
 
@@ -61,8 +70,11 @@ class Worker:
     looks for work when no wake-up comes (PostgreSQL's NOTIFY wakes it at once; SQLite
     workers of other processes are seen by polling). A run waiting longer than
     ``park_after`` seconds (``agency.sleep``, ``agency.wait_for_event``) parks and frees its
-    slot. Serve with ``await worker.run()`` (until cancelled or drained); stop gracefully
-    with ``await worker.drain()``.
+    slot. With ``prune_after`` (seconds, a ``timedelta`` or a string such as ``"30d"``), it
+    deletes the runs that ended longer ago than that (``agency.runs.prune``) at start and
+    every ``prune_every`` seconds (default an hour), in the background. Serve with
+    ``await worker.run()`` (until cancelled or drained); stop gracefully with
+    ``await worker.drain()``.
     """
 
     def __init__(
@@ -74,6 +86,8 @@ class Worker:
         lease: float = LEASE_SECONDS,
         poll: float = 1.0,
         park_after: float = PARK_AFTER_SECONDS,
+        prune_after: float | timedelta | str | None = None,
+        prune_every: float = PRUNE_EVERY_SECONDS,
     ) -> None:
         if isinstance(queues, str):
             queues = (queues,)
@@ -84,6 +98,11 @@ class Worker:
         self.lease = check_seconds(lease, "Worker: lease", positive=True)
         self.poll = check_seconds(poll, "Worker: poll", positive=True)
         self.park_after = check_seconds(park_after, "Worker: park_after")
+        self.prune_after = (
+            None if prune_after is None else check_duration(prune_after, "Worker: prune_after")
+        )
+        """Runs that ended longer ago than this many seconds are pruned (``None``: never)."""
+        self.prune_every = check_seconds(prune_every, "Worker: prune_every", positive=True)
         self._store_arg = store
         self.owner = owner_id(f"worker-{uuid.uuid4().hex[:12]}")
         """The lease owner of every run this worker holds."""
@@ -98,6 +117,8 @@ class Worker:
         self._fire_now = True  # at start (occurrences missed while no worker ran), after errors
         self.runs_finished = 0
         """How many runs this worker took to an outcome (completed, failed, paused, …)."""
+        self.runs_pruned = 0
+        """How many runs this worker's prunes deleted."""
 
     @property
     def serving(self) -> bool:
@@ -124,9 +145,12 @@ class Worker:
             raise InvalidArgumentError("Worker.run() is running already; one call per worker")
         store = RUNTIME.stores.resolve(self._store_arg)
         self._serving = anyio.Event()
+        pruning = anyio.CancelScope()
         try:
             async with anyio.create_task_group() as group:
                 self._group = group.cancel_scope
+                if self.prune_after is not None:
+                    group.start_soon(self._prune, store, self.prune_after, pruning)
                 while not self._draining:
                     await self._fire_schedules(store)
                     free = self.concurrency - len(self._running)
@@ -138,6 +162,7 @@ class Worker:
                     if claimed and len(claimed) == free:
                         continue  # maybe more work; with no slot free the loop waits below
                     await self._wait(store)
+                pruning.cancel()
                 for handback in self._running.values():  # draining
                     handback.request()
         finally:
@@ -168,6 +193,33 @@ class Worker:
         except (StoreError, AgencyError, ValueError) as exc:
             self._fire_now = True
             logger.warning("worker %s: cannot fire schedules (%s); retrying", self.owner, exc)
+
+    async def _prune(self, store: Store, older_than: float, scope: anyio.CancelScope) -> None:
+        """Prune now and every ``prune_every`` seconds (on the runtime's clock) until
+        ``scope`` is cancelled (draining); a failed prune is logged, never fatal."""
+        with scope:
+            while True:
+                try:
+                    deleted = await store.prune_runs(older_than=older_than)
+                except StoreError as exc:
+                    logger.warning(
+                        "worker %s: cannot prune runs (%s); trying again in %gs",
+                        self.owner,
+                        exc,
+                        self.prune_every,
+                    )
+                except Exception:  # a worker serves on whatever its housekeeping meets
+                    logger.exception("worker %s: pruning runs failed", self.owner)
+                else:
+                    self.runs_pruned += deleted
+                    if deleted:
+                        logger.info(
+                            "worker %s: pruned %d run(s) that ended over %gs ago",
+                            self.owner,
+                            deleted,
+                            older_than,
+                        )
+                await RUNTIME.clock.sleep(self.prune_every)
 
     async def _wait(self, store: Store) -> None:
         """Wait for a wake-up: the store's (a run queued, answered, finished), the next time

@@ -146,6 +146,7 @@ class PostgresDialect(Dialect):
     for_share = " FOR SHARE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
     bytewise = ' COLLATE "C"'
+    unindexed = ""
     no_limit = None
     now = "COALESCE(CAST(%(now)s AS float8), extract(epoch FROM clock_timestamp())::float8)"
     server_now = "SELECT extract(epoch FROM clock_timestamp())::float8"

@@ -2,7 +2,8 @@
 
 A feature depends on the protocol it uses:
 
-* :class:`RunLog` — runs, leases, journals and answers (the run boundary, the journal);
+* :class:`RunLog` — runs, leases, journals and answers, pruning (the run boundary, the
+  journal, ``agency.runs.prune``);
 * :class:`RunQueue` — queued runs, workers claiming them, wake-ups (queues, workers, waits);
 * :class:`EventLog` — events sent to runs and taken by waits (``agency.runs.send``, waits);
 * :class:`ScheduleTable` — cron and interval schedules (``agency.schedules``, workers);
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from .._types import (
+    PRUNABLE_STATUSES,
     Checkpoint,
     Claim,
     InterruptAnswer,
@@ -55,7 +57,8 @@ __all__ = [
 
 @runtime_checkable
 class RunLog(Protocol):
-    """Runs, their leases, their journals and the answers to their interrupts."""
+    """Runs, their leases, their journals and the answers to their interrupts, and pruning
+    the runs that ended long ago."""
 
     @property
     def url(self) -> str:
@@ -196,6 +199,26 @@ class RunLog(Protocol):
 
     async def note_trace_context(self, run_id: str, context: str) -> None:
         """Note ``context`` (a ``traceparent``) as the run's trace context (for span links)."""
+        ...
+
+    async def prune_runs(
+        self,
+        *,
+        older_than: float,
+        statuses: Sequence[str] = PRUNABLE_STATUSES,
+        batch: int = 500,
+    ) -> int:
+        """Delete the runs that ended more than ``older_than`` seconds ago (on the store's
+        clock), with their journals, events and descendants; return how many runs.
+
+        A top-level run (or one whose parent is gone) is deleted when its status is one of
+        ``statuses`` (only :data:`~agency_runtime._types.PRUNABLE_STATUSES` count: completed,
+        failed, cancelled), and with it every run below it (child runs, theirs, ...), but
+        only when every run of that tree has ended and was last updated before the cutoff.
+        So a queued, running, waiting or paused run is never deleted, nor any run above it,
+        and a child run is never deleted while its parent stays. Each transaction deletes
+        about ``batch`` runs (a tree is never split).
+        """
         ...
 
 

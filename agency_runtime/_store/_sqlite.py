@@ -87,6 +87,7 @@ class SqliteDialect(Dialect):
     for_share = ""
     skip_locked = ""
     bytewise = ""
+    unindexed = "+"
     no_limit = -1
     now = "%(now)s"
     server_now = None

@@ -33,7 +33,7 @@ from agency_runtime import (
     agency,
     open_store,
 )
-from agency_runtime._clock import Clock
+from agency_runtime._clock import Clock, FakeClock
 from agency_runtime._errors import InvalidArgumentError
 from agency_runtime._store import PostgresStore, SqliteStore
 from agency_runtime._store._core import Op, Sql
@@ -346,6 +346,32 @@ async def test_many_threads_never_claim_one_queued_run_twice(
     runs = await store.list_runs(limit=1000)
     assert {r.status for r in runs} == {"running"}
     assert {r.attempts for r in runs} == {1}
+
+
+async def test_concurrent_prunes_delete_each_run_once_without_deadlocks(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    clock = FakeClock()
+    store = make_store(clock=clock)
+    for index in range(60):
+        top = _run(f"t{index:02}")
+        assert (await store.claim_run(top, owner="o", lease_seconds=60)).acquired
+        child = _run(f"t{index:02}/c", parent_id=top.run_id, root_id=top.run_id, depth=1)
+        assert (await store.claim_run(child, owner="o", lease_seconds=60)).acquired
+        for run in (child, top):
+            ended = run.model_copy(update={"status": ("completed", "failed")[index % 2]})
+            assert await store.finish_run(ended, owner="o")
+    clock.advance(3600)
+    counts: list[int] = []
+
+    async def prune() -> None:
+        counts.append(await store.prune_runs(older_than=60, batch=7))
+
+    async with anyio.create_task_group() as group:  # four at once, on the pool's threads
+        for _ in range(4):
+            group.start_soon(prune)
+    assert sum(counts) == 120
+    assert await store.list_runs() == []
 
 
 async def test_a_queue_limit_holds_across_two_stores(

@@ -56,6 +56,9 @@ class Dialect(ABC):
     """An exclusive row lock that passes over rows another transaction holds."""
     bytewise: str
     """The collation that orders text by its bytes (SQLite's default)."""
+    unindexed: str
+    """A prefix of a column that keeps the planner from reading it through an index (SQLite's
+    unary ``+``; ``""`` on PostgreSQL, whose planner weighs the index by its statistics)."""
     no_limit: int | None
     """The ``LIMIT`` that means none."""
     now: str
