@@ -35,6 +35,7 @@ __all__ = [
     "InterruptResponse",
     "Journal",
     "JournalEntry",
+    "JournalPage",
     "MemoryRecord",
     "RunEvent",
     "RunRecord",
@@ -415,6 +416,20 @@ class Journal(DeferredModel):
             + [a.seq for a in self.answers]
             + [c.seq for c in self.checkpoints]
         )
+
+
+class JournalPage(Journal):
+    """A window of a run's journal, in journal order: its steps after position
+    ``after_seq`` (at most the page's limit), and the interrupts and checkpoints among them.
+
+    ``next_after`` is where the next page starts (pass it as ``after_seq``), ``None`` at the
+    end; ``size`` is how many steps the whole journal holds."""
+
+    model_config = ConfigDict()
+
+    after_seq: int | None = None
+    next_after: int | None = None
+    size: int = 0
 
 
 class MemoryRecord(DeferredModel):

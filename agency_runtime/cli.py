@@ -6,7 +6,7 @@ Commands::
     agency runs list [--status S] [--parent ID] [--limit N] [--offset N]
     agency runs show RUN_ID
     agency runs tree RUN_ID
-    agency runs journal RUN_ID
+    agency runs journal RUN_ID [--after SEQ] [--limit N]
     agency runs resume RUN_ID [--import MODULE]...
     agency runs respond RUN_ID (--approve [VALUE] | --reject [VALUE] | --answers JSON)
                                 [--interrupt ID]... [--import MODULE]... [--enqueue]
@@ -90,6 +90,7 @@ from ._types import (
     PRUNABLE_STATUSES,
     Interrupt,
     InterruptResponse,
+    Journal,
     JournalEntry,
     RunResult,
     RunStatus,
@@ -601,8 +602,22 @@ class _Commands:
     async def journal(self) -> int:
         """``agency runs journal RUN_ID``."""
         await _record(self.store, self.ns.run_id)
-        journal = await self.store.load_journal(self.ns.run_id)  # steps and answers, one read
+        after, limit = self.ns.after, self.ns.limit
+        journal: Journal
+        next_after: int | None = None
+        if after is None and limit is None:
+            journal = await self.store.load_journal(self.ns.run_id)  # steps and answers
+        else:  # a page: the steps after --after, at most --limit of them
+            journal = page = await self.store.load_journal_page(
+                self.ns.run_id, after_seq=after, limit=limit or MAX_LIST_LIMIT
+            )
+            next_after = page.next_after
         entries: list[JournalEntry] = journal.entries
+        if next_after is not None:
+            self._progress(
+                f"(more steps: agency runs journal {self.ns.run_id} --after {next_after}"
+                f"{'' if limit is None else f' --limit {limit}'})"
+            )
         if self.as_json:
             _dump([_entry_json(e) for e in entries], self.out)
             return 0
@@ -1202,6 +1217,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     journal = sub.add_parser("journal", help="the completed steps of a run", parents=[common])
     journal.add_argument("run_id", metavar="RUN_ID")
+    journal.add_argument(
+        "--after",
+        type=_whole("--after", 0, 2**62),
+        metavar="SEQ",
+        help="only the steps after journal position SEQ (the next page of a big run)",
+    )
+    journal.add_argument(
+        "--limit",
+        type=_whole("--limit", 1, MAX_LIST_LIMIT),
+        metavar="N",
+        help="at most N steps (default: all); says how to read the next page",
+    )
 
     resume = sub.add_parser(
         "resume",

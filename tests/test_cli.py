@@ -212,6 +212,32 @@ def test_journal_previews_long_results(url: str, capsys: pytest.CaptureFixture[s
     assert preview.endswith("…")
 
 
+def test_journal_pages_with_after_and_limit(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    async def five(s: ResumableScope) -> int:
+        for index in range(5):
+            await s.step(lambda i=index: i, name=f"n{index}")  # type: ignore[misc]
+        return 5
+
+    async def entry() -> int:
+        return await agency.with_resumable_scope("five", five)
+
+    agency.run_sync(entry, run_id="five-1", store=url)
+    code, out, err = run_cli(capsys, "runs", "journal", "five-1", "--limit", "2", "--store", url)
+    assert code == 0
+    assert [row.split()[2] for row in out.splitlines()[1:]] == ["n0", "n1"]
+    assert "(more steps: agency runs journal five-1 --after 2 --limit 2)" in err
+    code, out, err = run_cli(
+        capsys, "runs", "journal", "five-1", "--after", "2", "--limit", "2", "--store", url
+    )
+    assert [row.split()[2] for row in out.splitlines()[1:]] == ["n2", "n3"]
+    code, out, err = run_cli(capsys, "runs", "journal", "five-1", "--after", "4", "--store", url)
+    assert [row.split()[2] for row in out.splitlines()[1:]] == ["n4"]
+    assert "more steps" not in err
+    code, _, err = run_cli(capsys, "runs", "journal", "five-1", "--limit", "0", "--store", url)
+    assert code == 2
+    assert "--limit" in err
+
+
 # -- answering and resuming ------------------------------------------------------------------
 
 

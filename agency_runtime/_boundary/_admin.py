@@ -131,12 +131,31 @@ class RunsNamespace:
         return await get_record(RUNTIME.stores.resolve(store), run_id)
 
     async def journal(
-        self, run_id: str, *, store: str | Store | None = None
+        self,
+        run_id: str,
+        *,
+        after_seq: int | None = None,
+        limit: int | None = None,
+        store: str | Store | None = None,
     ) -> builtins.list[JournalEntry]:
-        """The completed steps of ``run_id``, in the order they were committed."""
+        """The completed steps of ``run_id``, in the order they were committed.
+
+        A big run's a page at a time: ``after_seq`` (only the steps after that journal
+        position: the last ``seq`` of the page before) and ``limit`` (at most that many, 1 to
+        ``MAX_LIST_LIMIT``); the store reads just that page.
+        """
+        if after_seq is not None:
+            check_whole(after_seq, "after_seq", 0)
+        if limit is not None:
+            check_whole(limit, "limit", 1, MAX_LIST_LIMIT)
         store_ = RUNTIME.stores.resolve(store)
         await get_record(store_, run_id)
-        return (await store_.load_journal(run_id)).entries
+        if after_seq is None and limit is None:
+            return (await store_.load_journal(run_id)).entries
+        page = await store_.load_journal_page(
+            run_id, after_seq=after_seq, limit=limit or MAX_LIST_LIMIT
+        )
+        return page.entries
 
     async def cancel(self, run_id: str, *, store: str | Store | None = None) -> RunRecord:
         """Cancel ``run_id`` (final) and its unfinished child runs, theirs, and so on.

@@ -35,6 +35,7 @@ from .._types import (
     InterruptResponse,
     Journal,
     JournalEntry,
+    JournalPage,
     MemoryRecord,
     RunEvent,
     RunRecord,
@@ -137,6 +138,19 @@ class RunLog(Protocol):
 
     async def load_journal(self, run_id: str) -> Journal:
         """Every step, interrupt and checkpoint stored for ``run_id``, in journal order."""
+        ...
+
+    async def load_journal_page(
+        self, run_id: str, *, after_seq: int | None = None, limit: int = 200
+    ) -> JournalPage:
+        """Up to ``limit`` steps of ``run_id`` after position ``after_seq`` (from the start
+        when ``None``), in journal order, with the interrupts and checkpoints among them and
+        the journal's size: a big run's journal a page at a time."""
+        ...
+
+    async def journal_position(self, run_id: str, index: int) -> int | None:
+        """The position of the run's ``index``-th step (0 the first), ``None`` past the end
+        (pages by number: page ``n`` of ``limit`` starts after ``index = (n - 1) * limit - 1``)."""
         ...
 
     async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:

@@ -29,10 +29,12 @@ from starlette.routing import Route
 
 from agency_runtime import (
     AgencyError,
+    Checkpoint,
     EntryImportError,
     Interrupt,
     InterruptResponse,
     InvalidArgumentError,
+    JournalEntry,
     RunNotFoundError,
     RunRecord,
     RunResult,
@@ -352,9 +354,10 @@ class _Inspector:
         run_id = request.query_params.get("id", "")
         if not run_id:
             return RedirectResponse("/runs", status_code=303)
+        page = _int(request.query_params.get("page"), 1, 1, 2**31)
         try:
             record = await agency.runs.get(run_id, store=self.store)
-            journal = await self.store.load_journal(run_id)
+            window = await self._window(run_id, page)
         except RunNotFoundError:
             return self.problem(
                 request, 404, "No such run", f"There is no run {run_id!r} in {self.store.url}."
@@ -374,7 +377,7 @@ class _Inspector:
                 None if a.response is None else a.response.value,
                 a.answered_at,
             )
-            for a in journal.answers
+            for a in window.answers
         ]
         try:
             newest = await agency.runs.list(
@@ -383,9 +386,18 @@ class _Inspector:
         except StoreUnavailableError as exc:
             return self.problem(request, 503, "The store is unavailable", str(exc))
         children = [_row(child) for child in reversed(newest[:CHILDREN_SHOWN])]
-        page = _int(request.query_params.get("page"), 1, 1, 2**31)
         timeline = views.build_timeline(
-            record, journal.entries, answers, journal.checkpoints, page=page, clip=clip
+            record, window.entries, answers, window.checkpoints, page=1, clip=clip,
+            per_page=2**31,
+        )  # fmt: skip
+        shown = [item for item in timeline.items if window.cut is None or item.seq > window.cut]
+        timeline = views.Timeline(
+            items=shown,
+            page=window.page,
+            pages=window.pages,
+            total=window.size,
+            entries=window.size,
+            first=(window.page - 1) * views.JOURNAL_PAGE + 1 if shown else 0,
         )
         asked = record.interrupts if record.status == "paused" else []  # else: answered
         pending = [(i, None if i.data is None else clip.value(i.data, 2_000)) for i in asked]
@@ -419,6 +431,73 @@ class _Inspector:
             or (record.status == "paused" and not record.interrupts),
         }
         return self.page(request, "run.html", context)
+
+    async def _window(self, run_id: str, page: int) -> _Window:
+        """The part of the journal page ``page`` shows, read a page at a time (never the
+        whole journal): its :data:`~._views.JOURNAL_PAGE` steps with the interrupts and
+        checkpoints among them, extended to the end of an LLM call open at its end (the call
+        is journaled after its rounds and tools, which it gathers), with the step before it
+        (the first item's "took"), and ``cut``: the items up to it were shown before."""
+        per = views.JOURNAL_PAGE
+        store = self.store
+        after: int | None = None
+        if page > 1:
+            after = await store.journal_position(run_id, (page - 1) * per - 2)
+            if after is None:  # past the end: the last page
+                size = (await store.load_journal_page(run_id, limit=1)).size
+                page = max(1, -(-size // per))
+                after = (
+                    None
+                    if page == 1
+                    else await store.journal_position(run_id, (page - 1) * per - 2)
+                )
+        read = await store.load_journal_page(
+            run_id, after_seq=after, limit=per if page == 1 else per + 1
+        )
+        entries, answers, checkpoints = (
+            list(read.entries),
+            list(read.answers),
+            list(read.checkpoints),
+        )
+        size, more = read.size, read.next_after
+        last_page = max(1, -(-size // per))
+        if page > last_page:  # past the end (the journal is shorter): its last page
+            return await self._window(run_id, last_page)
+        cut: int | None = None
+        if page > 1 and entries:
+            before = entries[0]  # the previous page's last step: shown there
+            cut = before.seq
+            open_call = views.outer_llm_call(before.path)
+            if open_call is not None:  # an LLM call open across the boundary: shown there
+                closing = next((e for e in entries if e.path == open_call), None)
+                if closing is not None:
+                    cut = closing.seq
+        for _ in range(_EXTEND_PAGES):  # close an LLM call open at the page's end
+            if more is None or not entries:
+                break
+            open_call = views.outer_llm_call(entries[-1].path)
+            if open_call is None:
+                break
+            extra = await store.load_journal_page(run_id, after_seq=more, limit=per)
+            end = next((i for i, e in enumerate(extra.entries) if e.path == open_call), None)
+            taken = extra.entries if end is None else extra.entries[: end + 1]
+            entries += taken
+            if taken:
+                last = taken[-1].seq
+                answers += [a for a in extra.answers if a.seq <= last]
+                checkpoints += [c for c in extra.checkpoints if c.seq <= last]
+            if end is not None:
+                break
+            more = extra.next_after
+        return _Window(
+            entries=entries,
+            answers=answers,
+            checkpoints=checkpoints,
+            cut=cut,
+            page=page,
+            pages=last_page,
+            size=size,
+        )
 
     async def download(self, request: Request) -> Response:
         """A stored JSON text of a run, as a file."""
@@ -611,6 +690,26 @@ class _Inspector:
             else " It waits until the run asks for it (agency.wait_for_event)."
         )
         return Flash("ok", f"Event {event.name!r} sent (#{event.event_id}).{waiting}")
+
+
+_EXTEND_PAGES = 20
+"""How many more pages a page reads at most to show an LLM call open at its end whole."""
+
+
+@dataclass
+class _Window:
+    """What one page of a run's timeline is built from (see :meth:`_Inspector._window`)."""
+
+    entries: list[JournalEntry]
+    answers: list[Any]
+    """The interrupts asked among them (the store's InterruptAnswer records)."""
+    checkpoints: list[Checkpoint]
+    cut: int | None
+    """Items at or before this journal position were shown on the page before."""
+    page: int
+    pages: int
+    size: int
+    """How many steps the whole journal holds."""
 
 
 def _outcome(prefix: str, result: RunResult) -> Flash:

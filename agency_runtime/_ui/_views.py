@@ -31,6 +31,7 @@ __all__ = [
     "duration",
     "iso",
     "local_time",
+    "outer_llm_call",
     "usd",
 ]
 
@@ -502,6 +503,13 @@ def build_timeline(
         entries=len(entries),
         first=(page - 1) * per_page + 1 if items else 0,
     )
+
+
+def outer_llm_call(path: str) -> str | None:
+    """The path of the outermost LLM call that ``path`` is journaled inside (its rounds and
+    tool calls extend the call's path), or ``None``."""
+    found = _NESTED_IN_LLM.search(path)
+    return None if found is None else path[: found.end() - 1]
 
 
 def _llm_parent(path: str, llm_nodes: Mapping[str, _Node]) -> _Node | None:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from agency_runtime import InvalidArgumentError, RunNotFoundError, RunRecord, Store, agency
+from agency_runtime import (
+    InvalidArgumentError,
+    ResumableScope,
+    RunNotFoundError,
+    RunRecord,
+    Store,
+    agency,
+    approve,
+)
 from agency_runtime._boundary import _admin
 from agency_runtime._types import store_of
 
@@ -112,3 +120,61 @@ async def test_a_parent_cycle_in_a_damaged_store_ends(store: Store) -> None:
     await _store_all(store, [x, y])
     assert [r.run_id for r in await agency.runs.tree("x", store=store)] == ["x", "y"]
     assert [r.run_id for r in await agency.runs.tree("y", store=store)] == ["y", "x"]
+
+
+# -- a big run's journal, a page at a time --------------------------------------------------
+
+
+@agency.entry
+async def steps_and_questions(n: int) -> int:
+    async def body(s: ResumableScope) -> int:
+        for index in range(n):
+            await s.step(lambda i=index: i, name=f"s{index}")  # type: ignore[misc]
+            if index == 2:
+                await agency.checkpoint("mid")
+        answer = await agency.interrupt("approve", "go on?")
+        await s.step(lambda: 99, name="after")
+        return n if answer.approved else -1
+
+    return await agency.with_resumable_scope("job", body)
+
+
+async def test_the_journal_reads_a_page_at_a_time_with_what_happened_among_its_steps(
+    store: Store,
+) -> None:
+    paused = await agency.run(steps_and_questions, 5, run_id="paged", store=store)
+    assert paused.status == "paused"
+    done = await agency.respond_to_interrupts(paused, [approve()])
+    assert done.value == 5
+    whole = await store.load_journal("paged")
+    seqs = [e.seq for e in whole.entries]
+    assert len(seqs) == 6
+    pages, after = [], None
+    while True:
+        page = await store.load_journal_page("paged", after_seq=after, limit=2)
+        assert page.size == 6
+        pages.append(page)
+        if page.next_after is None:
+            break
+        assert page.next_after == page.entries[-1].seq
+        after = page.next_after
+    assert [e.seq for p in pages for e in p.entries] == seqs  # every step once, in order
+    assert [len(p.entries) for p in pages] == [2, 2, 2]
+    # The checkpoint and the interrupt come with the page whose window holds them, once.
+    assert [c.seq for p in pages for c in p.checkpoints] == [c.seq for c in whole.checkpoints]
+    assert [a.seq for p in pages for a in p.answers] == [a.seq for a in whole.answers]
+    assert await store.journal_position("paged", 0) == seqs[0]
+    assert await store.journal_position("paged", 5) == seqs[5]
+    assert await store.journal_position("paged", 6) is None
+
+
+async def test_runs_journal_pages_with_after_seq_and_limit(store: Store) -> None:
+    await agency.run(steps_and_questions, 5, run_id="paged-api", store=store)
+    everything = await agency.runs.journal("paged-api", store=store)
+    first = await agency.runs.journal("paged-api", limit=3, store=store)
+    rest = await agency.runs.journal("paged-api", after_seq=first[-1].seq, store=store)
+    assert first + rest == everything
+    with pytest.raises(InvalidArgumentError, match="limit"):
+        await agency.runs.journal("paged-api", limit=0, store=store)
+    with pytest.raises(InvalidArgumentError, match="after_seq"):
+        await agency.runs.journal("paged-api", after_seq=-1, store=store)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import functools
 
-from ..._types import Checkpoint, InterruptAnswer, InterruptResponse, Journal, JournalEntry
+from ..._types import (
+    Checkpoint,
+    InterruptAnswer,
+    InterruptResponse,
+    Journal,
+    JournalEntry,
+    JournalPage,
+)
 from .._rows import STEP_COLUMNS, journal_from_rows
 from ._base import CoreBase, Refused, json_rows
 from ._program import Op, Sql, changed_one
@@ -38,6 +45,64 @@ class JournalCore(CoreBase):
         # No transaction: at READ COMMITTED (PostgreSQL's level) each SELECT would take its own
         # snapshot inside one anyway, so BEGIN and COMMIT would only add two round trips.
         return await self._run(f"load the journal of run {run_id!r}", work, several=True)
+
+    async def load_journal_page(
+        self, run_id: str, *, after_seq: int | None = None, limit: int = 200
+    ) -> JournalPage:
+        t = self._d.t
+        after = -1 if after_seq is None else after_seq
+
+        def work() -> Op[JournalPage]:
+            params = {"run": run_id, "after": after, "n": limit + 1}
+            steps = (
+                yield Sql(
+                    f"SELECT {', '.join(STEP_COLUMNS)} FROM {t}steps WHERE run_id = %(run)s "
+                    "AND seq > %(after)s ORDER BY seq LIMIT %(n)s",
+                    params,
+                )
+            ).rows
+            more = len(steps) > limit
+            steps = steps[:limit]
+            # The window: after ``after`` up to the page's last step (to the end on the last
+            # page); the interrupts and checkpoints in it, and the journal's size.
+            upto = int(steps[-1][STEP_COLUMNS.index("seq")]) if more else 2**62
+            window = {"run": run_id, "after": after, "upto": upto}
+            answers = yield Sql(
+                f"SELECT seq, interrupt, response, answered_at FROM {t}interrupts "
+                "WHERE run_id = %(run)s AND seq > %(after)s AND seq <= %(upto)s ORDER BY seq",
+                window,
+            )
+            checkpoints = yield Sql(
+                f"SELECT body FROM {t}checkpoints WHERE run_id = %(run)s "
+                "AND seq > %(after)s AND seq <= %(upto)s ORDER BY seq",
+                window,
+            )
+            size = (
+                yield Sql(f"SELECT count(*) FROM {t}steps WHERE run_id = %(run)s", {"run": run_id})
+            ).one()
+            journal = journal_from_rows(run_id, steps, answers.rows, checkpoints.rows)
+            return JournalPage.model_construct(
+                entries=journal.entries,
+                answers=journal.answers,
+                checkpoints=journal.checkpoints,
+                after_seq=after_seq,
+                next_after=upto if more else None,
+                size=0 if size is None else int(size[0]),
+            )
+
+        return await self._run(f"load a page of the journal of run {run_id!r}", work, several=True)
+
+    async def journal_position(self, run_id: str, index: int) -> int | None:
+        query = (
+            f"SELECT seq FROM {self._d.t}steps WHERE run_id = %(run)s ORDER BY seq "
+            "LIMIT 1 OFFSET %(index)s"
+        )
+
+        def work() -> Op[int | None]:
+            row = (yield Sql(query, {"run": run_id, "index": max(0, index)})).one()
+            return None if row is None else int(row[0])
+
+        return await self._run(f"find a position in the journal of run {run_id!r}", work)
 
     @functools.cached_property
     def _commit_step_sql(self) -> str:
