@@ -176,7 +176,9 @@ class Worker:
                 owner=self.owner,
                 lease_seconds=self.lease,
                 limit=free,
-                exclude=sorted(self._cannot),
+                # Never its own running runs: they may look free when its liveness session
+                # was cut (a server restart) before the listener took it again.
+                exclude=sorted(self._cannot | self._running.keys()),
             )
         except StoreError as exc:
             logger.warning("worker %s: cannot claim runs (%s); retrying", self.owner, exc)

@@ -541,7 +541,7 @@ class PostgresStore(StoreCore):
                 with psycopg.connect(self._dsn, **self._connect_kwargs) as conn:
                     conn.execute(f'LISTEN "{self._channel}"')
                     if self._liveness:
-                        self._session_key = self._hold_session(conn)
+                        self._session_key = self._hold_session(conn, self._session_key)
                     self._listening.set()
                     self._wakeups.ring()  # notifications may have been missed until now
                     delay = 0.1
@@ -549,18 +549,18 @@ class PostgresStore(StoreCore):
                         for _ in conn.notifies(timeout=0.2):
                             self._wakeups.ring()
             except Exception:  # dropped or refused: waiters poll by timeout meanwhile
-                self._listening.clear()
-                self._session_key = None
+                self._listening.clear()  # (the key is kept: taken again on reconnecting)
                 self._stopping.wait(delay)
                 delay = min(delay * 2, 5.0)
         self._listening.clear()
 
     @staticmethod
-    def _hold_session(conn: Any) -> int | None:
-        """Take a liveness lock on ``conn`` (the listener's direct connection) under a fresh
-        random key: the key of the runs this store claims while the connection lives."""
-        for _ in range(8):
-            key = 1 + secrets.randbelow(2**31 - 2)
+    def _hold_session(conn: Any, previous: int | None) -> int | None:
+        """Take a liveness lock on ``conn`` (the listener's direct connection): under
+        ``previous``, the key of the runs this store claimed before its connection was cut
+        (so they live again), else under a fresh random key."""
+        for attempt in range(8):
+            key = previous if attempt == 0 and previous else 1 + secrets.randbelow(2**31 - 2)
             row = conn.execute(
                 "SELECT pg_try_advisory_lock(%s, %s)", (LIVENESS_CLASS, key)
             ).fetchone()
