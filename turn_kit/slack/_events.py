@@ -31,13 +31,14 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 from agency_runtime import InvalidArgumentError, Worker, open_store
 
+from .._asgi import ASGIApp, Receive, Scope, Send, read_body, reply_json
 from .._ctx import agency_ctx
 from .._runner import TurnArgs
 from ._adapter import SlackTurnAdapter
@@ -48,44 +49,8 @@ __all__ = ["slack_events_app"]
 
 logger = logging.getLogger("turn_kit.slack")
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_MAX_BODY = 1 << 20
 _DRAIN_SECONDS = 10.0
-
-
-async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
-
-
-async def _body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = await receive()
-        if event["type"] != "http.request":
-            return None
-        chunk = event.get("body", b"")
-        size += len(chunk)
-        if size > _MAX_BODY:
-            return None
-        chunks.append(chunk)
-        if not event.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
@@ -221,12 +186,12 @@ def slack_events_app(
         if scope["type"] != "http":
             return
         if scope.get("method") != "POST":
-            await _reply(send, 405, {"ok": False, "error": "POST Slack events here"})
+            await reply_json(send, 405, {"ok": False, "error": "POST Slack events here"})
             return
         headers = dict(scope.get("headers") or [])
-        raw = await _body(receive)
+        raw = await read_body(receive)
         if raw is None:
-            await _reply(send, 400, {"ok": False, "error": "the body is over 1 MiB"})
+            await reply_json(send, 400, {"ok": False, "error": "the body is over 1 MiB"})
             return
         why = verify_slack_signature(
             signing_secret,
@@ -236,14 +201,14 @@ def slack_events_app(
             now=time.time(),
         )
         if why is not None:
-            await _reply(send, 401, {"ok": False, "error": why})
+            await reply_json(send, 401, {"ok": False, "error": why})
             return
         payload = _json_object(raw)
         if payload is None:
-            await _reply(send, 400, {"ok": False, "error": "the body is not a JSON object"})
+            await reply_json(send, 400, {"ok": False, "error": "the body is not a JSON object"})
             return
         retry = headers.get(b"x-slack-retry-num")
         status, body = await answer(payload, None if retry is None else retry.decode("latin-1"))
-        await _reply(send, status, body)
+        await reply_json(send, status, body)
 
     return app

@@ -30,11 +30,12 @@ import hmac
 import json
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 from agency_runtime import InvalidArgumentError, Store, open_store
 
+from .._asgi import ASGIApp, Receive, Scope, Send, read_body, reply_json
 from .._errors import TurnPausedError
 from .._runner import TurnArgs
 from ._adapter import MAX_ATTEMPTS, TelegramTurnAdapter, given_up
@@ -43,44 +44,6 @@ from ._redact import install_token_redaction
 __all__ = ["webhook_app"]
 
 logger = logging.getLogger("turn_kit.telegram")
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-_MAX_BODY = 1 << 20
-
-
-async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
-
-
-async def _body(receive: Receive) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        event = await receive()
-        if event["type"] != "http.request":
-            return None
-        chunk = event.get("body", b"")
-        size += len(chunk)
-        if size > _MAX_BODY:
-            return None
-        chunks.append(chunk)
-        if not event.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _update(raw: bytes | None) -> dict[str, Any] | None:
@@ -197,21 +160,23 @@ def webhook_app(
         if scope["type"] != "http":
             return
         if scope.get("method") != "POST":
-            await _reply(send, 405, {"ok": False, "description": "POST an update"})
+            await reply_json(send, 405, {"ok": False, "description": "POST an update"})
             return
         headers = dict(scope.get("headers") or [])
         given = headers.get(b"x-telegram-bot-api-secret-token")
         if given is None:
-            await _reply(send, 401, {"ok": False, "description": "missing secret token"})
+            await reply_json(send, 401, {"ok": False, "description": "missing secret token"})
             return
         if not hmac.compare_digest(given, expected):
-            await _reply(send, 403, {"ok": False, "description": "wrong secret token"})
+            await reply_json(send, 403, {"ok": False, "description": "wrong secret token"})
             return
-        update = _update(await _body(receive))
+        update = _update(await read_body(receive))
         if update is None:
-            await _reply(send, 400, {"ok": False, "description": "the body is not a JSON update"})
+            await reply_json(
+                send, 400, {"ok": False, "description": "the body is not a JSON update"}
+            )
             return
         status, body = await answer(update)
-        await _reply(send, status, body)
+        await reply_json(send, status, body)
 
     return app
