@@ -48,6 +48,7 @@ from .._history import TurnMemoryOptions
 from .._identity import conversation_key
 from .._pace import Pace
 from .._runner import TurnArgs, TurnResult, create_turn_runner
+from .._util import check_reply_options
 from ._parse import SlackMessage, read_slack_event, slack_input_text, slack_skip_reason
 from ._queued import slack_turn
 from ._send import SLACK_CHUNK_LIMIT, SlackDelivery, send_slack_durably
@@ -363,18 +364,10 @@ def create_slack_turn_adapter(
     to the user's message when its turn starts. ``memory``, ``context``, ``store`` and
     ``model`` are :func:`~turn_kit.create_turn_runner`'s.
     """
-    if isinstance(chunk_limit, bool) or not isinstance(chunk_limit, int) or chunk_limit < 1:
-        raise InvalidArgumentError(f"chunk_limit must be a positive integer, got {chunk_limit!r}")
-    for name, flag in (("stream", stream), ("require_mention", require_mention)):
-        if not isinstance(flag, bool):
-            raise InvalidArgumentError(f"{name} must be True or False, got {flag!r}")
-    if (
-        isinstance(stream_interval, bool)
-        or not isinstance(stream_interval, int | float)
-        or not stream_interval >= 0
-    ):
+    check_reply_options(chunk_limit=chunk_limit, stream=stream, stream_interval=stream_interval)
+    if not isinstance(require_mention, bool):
         raise InvalidArgumentError(
-            f"stream_interval must be a number of seconds >= 0, got {stream_interval!r}"
+            f"require_mention must be True or False, got {require_mention!r}"
         )
     if bot_user_id is not None and (not isinstance(bot_user_id, str) or not bot_user_id.strip()):
         raise InvalidArgumentError(

@@ -74,7 +74,7 @@ from .._history import TurnMemoryOptions
 from .._identity import conversation_key, js_trim
 from .._pace import Pace, retry_after
 from .._runner import TurnArgs, TurnResult, create_turn_runner
-from .._util import field, maybe_await
+from .._util import check_reply_options, field, maybe_await
 from ._parse import (
     TelegramMessage,
     bare_telegram_chat_id,
@@ -632,18 +632,7 @@ def create_telegram_turn_adapter(
     ``agency.llm(..., on_token=turn.on_token)`` or ``ctx.llm.complete(...)``; see the module
     docstring for the details and what a crash does.
     """
-    if isinstance(chunk_limit, bool) or not isinstance(chunk_limit, int) or chunk_limit < 1:
-        raise InvalidArgumentError(f"chunk_limit must be a positive integer, got {chunk_limit!r}")
-    if not isinstance(stream, bool):
-        raise InvalidArgumentError(f"stream must be True or False, got {stream!r}")
-    if (
-        isinstance(stream_interval, bool)
-        or not isinstance(stream_interval, int | float)
-        or not stream_interval >= 0
-    ):
-        raise InvalidArgumentError(
-            f"stream_interval must be a number of seconds >= 0, got {stream_interval!r}"
-        )
+    check_reply_options(chunk_limit=chunk_limit, stream=stream, stream_interval=stream_interval)
     return TelegramTurnAdapter(
         namespace=namespace,
         owner_chat=owner_chat,
