@@ -50,6 +50,7 @@ from typing import Any
 try:
     from opentelemetry import trace
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, TracerProvider
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as missing:  # pragma: no cover - the extra is not installed
     raise ImportError(
         "agency_runtime.otel needs OpenTelemetry: pip install 'agency-runtime[otel]' "
@@ -162,29 +163,24 @@ def _provider_and_model(model: str) -> tuple[str, str]:
     return "litellm", model
 
 
+_W3C = TraceContextTextMapPropagator()
+"""Writes and reads the ``traceparent`` the store keeps for each run (span links)."""
+
+
 def _traceparent(span: Span) -> str | None:
     """``span``'s context as a W3C ``traceparent`` (``None`` for an invalid one)."""
-    context = span.get_span_context()
-    if not context.is_valid:
-        return None
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier.get("traceparent")
 
 
 def _span_context(traceparent: str | None) -> trace.SpanContext | None:
     """The span a stored ``traceparent`` names (``None`` when there is none or it is bad)."""
     if not traceparent:
         return None
-    parts = traceparent.split("-")
-    if len(parts) != 4 or parts[0] != "00":
-        return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-    except ValueError:
-        return None
-    context = trace.SpanContext(
-        trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(flags & 0xFF)
-    )
-    return context if context.is_valid else None
+    context = trace.get_current_span(_W3C.extract({"traceparent": traceparent}))
+    found = context.get_span_context()
+    return found if found.is_valid else None
 
 
 # -- the observer ----------------------------------------------------------------------------
