@@ -203,14 +203,19 @@ class _Handle:
     def context(self) -> str | None:
         return _traceparent(self.span)
 
-    def answered(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+    def answered(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        cost_usd: float,
+        *,
+        model: str | None = None,
+        response_id: str | None = None,
+        finish_reasons: Sequence[str] = (),
+    ) -> None:
         self.span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
         self.span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
         self.span.set_attribute("agency.cost_usd", cost_usd)
-
-    def responded(
-        self, model: str | None, response_id: str | None, finish_reasons: Sequence[str]
-    ) -> None:
         if model:
             self.span.set_attribute("gen_ai.response.model", _provider_and_model(model)[1])
         if response_id:
@@ -227,14 +232,14 @@ class _Handle:
         messages: Sequence[Mapping[str, Any]],
         text: str,
         tool_calls: Sequence[Any],
-        secret: str | None,
+        secrets: Sequence[str],
     ) -> None:
         output: dict[str, Any] = {"role": "assistant", "content": text}
         if tool_calls:
             output["tool_calls"] = list(tool_calls)
         for name, value in (("input", list(messages)), ("output", [output])):
             shown = to_json(value, fallback=str).decode()
-            self.span.set_attribute(f"gen_ai.{name}.messages", mask(shown, secret))
+            self.span.set_attribute(f"gen_ai.{name}.messages", mask(shown, *secrets))
 
     def failed(self, message: str, error: BaseException | None = None) -> None:
         if error is not None:

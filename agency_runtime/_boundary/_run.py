@@ -63,7 +63,7 @@ from .._errors import (
     StoreError,
     StoreUnavailableError,
 )
-from .._llm._model import MODELS, Model, model_name, run_model
+from .._llm._model import MODELS, Model, known_secrets, model_name, run_model
 from .._llm._model import check_model as check_llm_model
 from .._locks import share_run_locks
 from .._store import RunRecord, Store
@@ -593,7 +593,7 @@ async def _store_outcome(
                 update={
                     "status": "failed",
                     "value": None,
-                    "error": ErrorInfo.from_exception(exc),
+                    "error": _error_info(attempt, exc),
                     "interrupts": [],
                     "wake_at": None,
                     "waiting_for": [],
@@ -612,7 +612,7 @@ def _outcome_record(attempt: _Attempt, ending: _Ending, finished: float | None) 
             "wake_at": None if parked is None else parked.wake_at,
             "waiting_for": [] if parked is None else list(parked.events),
             "value": ending.value_json,
-            "error": None if error is None else ErrorInfo.from_exception(error, *_secrets(attempt)),
+            "error": None if error is None else _error_info(attempt, error),
             "interrupts": ending.interrupts,
             "cost_pico": attempt.ctx.cost_pico,
             "tokens": attempt.ctx.tokens,
@@ -622,15 +622,9 @@ def _outcome_record(attempt: _Attempt, ending: _Ending, finished: float | None) 
     )
 
 
-def _secrets(attempt: _Attempt) -> list[str]:
-    """What a failed run's stored error must not quote: the api_keys of its model and of
-    every registered model."""
-    keys = MODELS.api_keys()
-    model = attempt.ctx.model
-    key = getattr(model, "api_key", None) if model is not None else None
-    if key is not None and hasattr(key, "get_secret_value"):
-        keys.append(key.get_secret_value())
-    return keys
+def _error_info(attempt: _Attempt, error: BaseException) -> ErrorInfo:
+    """The stored form of the error that ended the attempt, no api_key quoted in it."""
+    return ErrorInfo.from_exception(error, *known_secrets(attempt.ctx.model))
 
 
 def _descendants_pico(journal: RunJournal | None) -> int:

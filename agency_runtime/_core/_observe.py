@@ -42,14 +42,19 @@ class RunWatch(Protocol):
 class ChatWatch(Protocol):
     """The handle of one request to a model."""
 
-    def answered(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
-        """The model answered: the tokens the provider counted and what the answer cost."""
-
-    def responded(
-        self, model: str | None, response_id: str | None, finish_reasons: Sequence[str]
+    def answered(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        cost_usd: float,
+        *,
+        model: str | None = None,
+        response_id: str | None = None,
+        finish_reasons: Sequence[str] = (),
     ) -> None:
-        """What the provider said about its answer: the model that answered, the
-        response's id, why each choice ended (``stop``, ``length``, ``tool_calls``)."""
+        """The model answered: the tokens the provider counted, what the answer cost, and
+        what the provider said of it (the model that answered, the response's id, why each
+        choice ended: ``stop``, ``length``, ``tool_calls``)."""
 
     @property
     def captures_content(self) -> bool:
@@ -60,10 +65,10 @@ class ChatWatch(Protocol):
         messages: Sequence[Mapping[str, Any]],
         text: str,
         tool_calls: Sequence[Any],
-        secret: str | None,
+        secrets: Sequence[str],
     ) -> None:
-        """The messages sent and the answer (only when :attr:`captures_content`); ``secret``
-        (the model's api_key) is masked wherever they quote it."""
+        """The messages sent and the answer (only when :attr:`captures_content`); each of
+        ``secrets`` (the api_keys of the model and of the registered ones) is masked."""
 
 
 class ToolWatch(Protocol):

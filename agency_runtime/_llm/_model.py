@@ -396,6 +396,17 @@ class ModelRegistry:
 
 
 MODELS = ModelRegistry()
+
+
+def known_secrets(model: object = None) -> list[str]:
+    """What a stored error or a trace must not quote: the api_key of ``model`` (when it is
+    an :class:`Model` holding one) and of every registered model."""
+    keys = MODELS.api_keys()
+    if isinstance(model, Model) and model.api_key is not None:
+        keys.append(model.api_key.get_secret_value())
+    return keys
+
+
 """The process's named models."""
 
 

@@ -34,6 +34,7 @@ from .._guards import charge, gate
 from .._policies import with_policy
 from ._billing import bill
 from ._mcp import McpTool, offer, recorded, revive
+from ._model import known_secrets
 from ._parsing import parse_structured
 from ._recorded import RECORDED_FAILURES
 from ._request import _request
@@ -202,12 +203,14 @@ async def _answer(
     charge(call.frame, pico=pico, tokens=tokens, enforce=False)
     if watch is not None:
         usage = response.usage
-        watch.answered(usage.prompt_tokens, usage.completion_tokens, pico_to_usd(pico))
-        watch.responded(response.model, response.response_id, response.finish_reasons)
+        watch.answered(
+            usage.prompt_tokens, usage.completion_tokens, pico_to_usd(pico),
+            model=response.model, response_id=response.response_id,
+            finish_reasons=response.finish_reasons,
+        )  # fmt: skip
         if sent is not None:
-            key = call.model.api_key
-            secret = None if key is None else key.get_secret_value()
-            watch.content(sent, response.text, [c.to_openai() for c in calls], secret)
+            calls_sent = [c.to_openai() for c in calls]
+            watch.content(sent, response.text, calls_sent, known_secrets(call.model))
     return response.text, calls
 
 
