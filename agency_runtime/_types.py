@@ -419,15 +419,14 @@ class Journal(DeferredModel):
 
 
 class JournalPage(Journal):
-    """A window of a run's journal, in journal order: its steps after position
-    ``after_seq`` (at most the page's limit), and the interrupts and checkpoints among them.
+    """A window of a run's journal, in journal order: its steps after the position the page
+    was read after (at most the page's limit), and the interrupts and checkpoints among them.
 
     ``next_after`` is where the next page starts (pass it as ``after_seq``), ``None`` at the
     end; ``size`` is how many steps the whole journal holds."""
 
     model_config = ConfigDict()
 
-    after_seq: int | None = None
     next_after: int | None = None
     size: int = 0
 

@@ -440,29 +440,16 @@ class _Inspector:
         (the first item's "took"), and ``cut``: the items up to it were shown before."""
         per = views.JOURNAL_PAGE
         store = self.store
-        after: int | None = None
-        if page > 1:
-            after = await store.journal_position(run_id, (page - 1) * per - 2)
-            if after is None:  # past the end: the last page
-                size = (await store.load_journal_page(run_id, limit=1)).size
-                page = max(1, -(-size // per))
-                after = (
-                    None
-                    if page == 1
-                    else await store.journal_position(run_id, (page - 1) * per - 2)
-                )
+        after = None if page == 1 else await store.journal_position(run_id, (page - 1) * per - 2)
         read = await store.load_journal_page(
             run_id, after_seq=after, limit=per if page == 1 else per + 1
-        )
-        entries, answers, checkpoints = (
-            list(read.entries),
-            list(read.answers),
-            list(read.checkpoints),
         )
         size, more = read.size, read.next_after
         last_page = max(1, -(-size // per))
         if page > last_page:  # past the end (the journal is shorter): its last page
             return await self._window(run_id, last_page)
+        entries, answers = list(read.entries), list(read.answers)
+        checkpoints = list(read.checkpoints)
         cut: int | None = None
         if page > 1 and entries:
             before = entries[0]  # the previous page's last step: shown there
@@ -516,8 +503,9 @@ class _Inspector:
                 text = record.error.model_dump_json()
             elif what in ("step", "step-changes", "step-error", "step-locals"):
                 seq = _int(params.get("seq"), -1, -1, 2**62)
-                entries = (await self.store.load_journal(run_id)).entries
-                entry = next((e for e in entries if e.seq == seq), None)
+                # The one step, not the whole journal (a big run's is big).
+                around = await self.store.load_journal_page(run_id, after_seq=seq - 1, limit=1)
+                entry = next((e for e in around.entries if e.seq == seq), None)
                 if entry is not None:
                     text = {
                         "step": entry.result,

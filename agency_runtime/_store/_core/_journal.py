@@ -85,7 +85,6 @@ class JournalCore(CoreBase):
                 entries=journal.entries,
                 answers=journal.answers,
                 checkpoints=journal.checkpoints,
-                after_seq=after_seq,
                 next_after=upto if more else None,
                 size=0 if size is None else int(size[0]),
             )
