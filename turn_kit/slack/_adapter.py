@@ -49,7 +49,13 @@ from .._identity import conversation_key
 from .._pace import Pace
 from .._runner import TurnArgs, TurnResult, create_turn_runner
 from .._util import check_reply_options
-from ._parse import SlackMessage, read_slack_event, slack_input_text, slack_skip_reason
+from ._parse import (
+    SlackMessage,
+    read_slack_event,
+    slack_input_text,
+    slack_skip_reason,
+    ts_order,
+)
 from ._queued import slack_turn
 from ._send import SLACK_CHUNK_LIMIT, SlackDelivery, send_slack_durably
 from ._stream import SlackPreview
@@ -61,6 +67,9 @@ logger = logging.getLogger("turn_kit.slack")
 
 _EARLIER_SCAN = 10_000
 """How many queued (and running) runs of the store a turn looks through for its thread's."""
+
+_LAST = (2**63, 0)
+"""Where an unreadable ``ts`` sorts: after every message."""
 
 _IDENTITY_RETRY_SECONDS = 30.0
 """How long after a failed ``auth.test`` the adapter asks again (it answers meanwhile)."""
@@ -239,7 +248,7 @@ class SlackTurnAdapter:
         turn over, e.g. all its slots busy, delays the thread, never stops it).
         """
         prefix = self.runner.run_id_for(self.conversation(message), "")
-        mine = _ts_order(message.ts)
+        mine = ts_order(message.ts) or _LAST
         deadline = anyio.current_time() + 2 * _runner.TURN_LOCK_LEASE_SECONDS
         delay = 0.02
         while True:
@@ -250,7 +259,7 @@ class SlackTurnAdapter:
                     store=self.runner.store, status=status, limit=_EARLIER_SCAN
                 )
                 if record.run_id.startswith(prefix)
-                and _ts_order(unquote(record.run_id[len(prefix) :])) < mine
+                and (ts_order(unquote(record.run_id[len(prefix) :])) or _LAST) < mine
             ]
             if not earlier:
                 return
@@ -402,12 +411,3 @@ def create_slack_turn_adapter(
         stream_interval=float(stream_interval),
         reaction=None if reaction is None else reaction.strip(": "),
     )
-
-
-def _ts_order(ts: str) -> tuple[int, int]:
-    """A Slack ``ts`` (``"1712345678.000100"``) as a sortable pair; unreadable ones sort last."""
-    seconds, _, micros = ts.partition(".")
-    try:
-        return int(seconds), int(micros or 0)
-    except ValueError:
-        return (2**63, 0)

@@ -58,6 +58,7 @@ from .._loopback import (
     LoopbackHandler,
     LoopbackServer,
 )
+from ._parse import ts_order
 
 __all__ = ["FailureKind", "FakeSlackApi"]
 
@@ -104,15 +105,6 @@ def _string(value: object) -> str | None:
         return None
     text = value.strip()
     return text or None
-
-
-def _ts_key(ts: str) -> tuple[int, int]:
-    """A ts as (seconds, micros), for ordering."""
-    seconds, _, micros = ts.partition(".")
-    try:
-        return int(seconds), int(micros or 0)
-    except ValueError:
-        return (0, 0)
 
 
 def _cursor(ts: str) -> str:
@@ -495,7 +487,8 @@ class FakeSlackApi(LoopbackServer):
             if not thread:
                 raise _ApiError("thread_not_found")
             if start is not None:
-                thread = [m for m in thread if _ts_key(m["ts"]) >= _ts_key(start)]
+                first = ts_order(start) or (0, 0)
+                thread = [m for m in thread if (ts_order(m["ts"]) or (0, 0)) >= first]
             page, rest = thread[:limit], thread[limit:]
             messages = [self._public(m, with_metadata=with_metadata) for m in page]
         return {

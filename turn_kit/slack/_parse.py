@@ -37,6 +37,7 @@ __all__ = [
     "slack_input_text",
     "slack_signature",
     "slack_skip_reason",
+    "ts_order",
     "verify_slack_signature",
 ]
 
@@ -234,3 +235,13 @@ def verify_slack_signature(
     if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace")):
         return "wrong signature"
     return None
+
+
+def ts_order(ts: str) -> tuple[int, int] | None:
+    """A Slack ``ts`` (``"1712345678.000100"``) as a sortable (seconds, micros) pair;
+    ``None`` when it is not one."""
+    seconds, _, micros = ts.partition(".")
+    try:
+        return int(seconds), int(micros or 0)
+    except ValueError:
+        return None
