@@ -33,7 +33,9 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_postgres import ROOT, Schemas, postgres
 
+sys.path.insert(0, str(ROOT))
 from agency_runtime import agency, open_store
+from tests.pg_cluster import liveness_sessions
 
 RUNS = 4
 APP = """
@@ -71,20 +73,6 @@ def wait_until(condition: object, what: str, timeout: float = 120.0) -> None:
         time.sleep(0.005)
 
 
-def liveness_locks(dsn: str) -> int:
-    import psycopg
-
-    from agency_runtime._store._pg_schema import LIVENESS_CLASS
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND classid = %s::bigint::oid AND objsubid = 2",
-            (LIVENESS_CLASS,),
-        ).fetchone()
-    return 0 if row is None else int(row[0])
-
-
 def one(schemas: Schemas, tmp: Path, rep: int, liveness: bool) -> list[float]:
     """One kill: each run's takeover, in seconds after the SIGKILL."""
     url = schemas.url(schemas.new(f"t{rep}"))
@@ -108,7 +96,7 @@ def one(schemas: Schemas, tmp: Path, rep: int, liveness: bool) -> list[float]:
     anyio.run(enqueue)
     command = [sys.executable, "-m", "agency_runtime", "worker", "--store", url,
                "--import", "holds"]  # fmt: skip
-    base = liveness_locks(schemas.dsn)
+    base = liveness_sessions(schemas.dsn)
 
     def start(**extra: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
@@ -121,7 +109,7 @@ def one(schemas: Schemas, tmp: Path, rep: int, liveness: bool) -> list[float]:
     rescuer = start()
     try:
         if liveness:
-            wait_until(lambda: liveness_locks(schemas.dsn) >= base + 2, "the rescuer's session")
+            wait_until(lambda: liveness_sessions(schemas.dsn) >= base + 2, "the rescuer's session")
         time.sleep(1.5)  # a poll of the rescuer's while the victim lives
         killed = time.time()
         victim.send_signal(signal.SIGKILL)

@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Cluster", "ClusterError", "restart", "start", "stop"]
+__all__ = ["Cluster", "ClusterError", "liveness_sessions", "restart", "start", "stop"]
 
 SYSTEM_PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -153,6 +153,22 @@ def stop(directory: str | Path) -> None:
             capture_output=True, timeout=60, check=False,
         )  # fmt: skip
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def liveness_sessions(dsn: str) -> int:
+    """How many processes hold an agency-runtime liveness session on the server at ``dsn``
+    (the takeover test and bench wait for a worker's before they kill another)."""
+    import psycopg
+
+    from agency_runtime._store._pg_schema import LIVENESS_CLASS
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND classid = %s::bigint::oid AND objsubid = 2",
+            (LIVENESS_CLASS,),
+        ).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def main(argv: list[str]) -> int:
