@@ -15,6 +15,8 @@ from typing import Any
 
 __all__ = [
     "CHANGES",
+    "SAME",
+    "UNIT",
     "Change",
     "Recorder",
     "recording",
@@ -26,7 +28,16 @@ Change = list[Any]
 """One change a journaled step made to the run's state, as JSON data: thread changes
 (``["new", id, parent_id, label, hidden, messages]``, ``["push", id, message]``,
 ``["queue", id, queued]``, ``["take", id]``), spend (``["cost", pico, tokens]``) and guard
-grants (``["grant", guard_id, pico, seconds, disarm]``)."""
+grants (``["grant", guard_id, pico, seconds, disarm]``), and two kinds the durable layer
+writes itself: ``["unit", path]`` (every change of the committed unit at ``path``, which its
+own entry holds) and ``["same", index]`` (the unit's result is the text of the message at
+``index`` of its changes)."""
+
+UNIT = "unit"
+"""The kind of a change that stands for all the changes of a committed inner unit."""
+
+SAME = "same"
+"""The kind of the change that says a unit's result is a message its changes already hold."""
 
 
 class Recorder:
@@ -44,10 +55,17 @@ class Recorder:
         self.pico = 0
         self.tokens = 0
 
-    def absorb(self, inner: Recorder, *, spend: bool) -> None:
-        """Take over ``inner``'s changes (and, with ``spend``, its uncommitted spend)."""
+    def absorb(self, inner: Recorder, *, spend: bool, unit: str | None = None) -> None:
+        """Take over ``inner``'s changes (and, with ``spend``, its uncommitted spend).
+
+        ``unit``: the path of the entry ``inner`` committed its changes with; one
+        ``["unit", path]`` change then stands for all of them instead of a copy.
+        """
         if self.changes is not None and inner.changes:
-            self.changes.extend(inner.changes)
+            if unit is None:
+                self.changes.extend(inner.changes)
+            else:
+                self.changes.append([UNIT, unit])
         if spend:
             self.pico += inner.pico
             self.tokens += inner.tokens

@@ -32,13 +32,13 @@ from pydantic_core import from_json, to_json
 
 from .._core import _observe
 from .._core._branches import close_base, open_base
-from .._core._changes import CHANGES, Change, Recorder
+from .._core._changes import CHANGES, SAME, UNIT, Change, Recorder, report_change
 from .._core._frame import _FRAME, Frame
 from .._errors import JournalCorruptError, NondeterminismError
 from .._types import JournalEntry, note_failing_step
 from ._failures import decode_failure, encode_failure
 from ._journal import RunJournal, journal_of
-from ._replay import replay_changes
+from ._replay import expand, replay_changes
 
 __all__ = [
     "journaled",
@@ -110,10 +110,19 @@ def replay(
         with obs.step(entry.name, entry.path, True):
             return replay(frame, journal, entry, decode, observed=False)
     try:
+        result = entry.result
         if entry.deltas:
-            replay_changes(frame, from_json(entry.deltas))
+            changes = from_json(entry.deltas)
+            if entry.error is None:
+                # The enclosing running unit records one marker for all of these changes.
+                replay_changes(frame, changes, journal.entries, report=False)
+                report_change([UNIT, entry.path])
+                if changes and changes[-1][0] == SAME:
+                    result = _same_text(changes, journal)
+            else:  # a recorded failure is never marked: its changes are passed on as they are
+                replay_changes(frame, changes, journal.entries)
         if entry.error is None:
-            return decode(entry.result)
+            return decode(result)
         failure = decode_failure(entry.error)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         raise JournalCorruptError(
@@ -189,7 +198,7 @@ async def perform(
     CHANGES.reset(token)
     await _commit(frame, journal, path, name, callsite, recorder, text, fields, None)
     if outer is not None and recorder.changes:
-        outer.absorb(recorder, spend=False)
+        outer.absorb(recorder, spend=False, unit=path)  # its entry holds them: one marker
     return value
 
 
@@ -217,6 +226,11 @@ async def _commit(
     fields: Callable[[], dict[str, Any]] | None,
     failure: Exception | None,
 ) -> None:
+    changes = recorder.changes
+    if changes and failure is None and len(result) >= _SAME_MIN and result[0] == '"':
+        same = _same_as(from_json(result), changes, journal)
+        if same is not None:  # the result is a message the changes hold: store it once
+            changes, result = [*changes, [SAME, same]], "null"
     values: dict[str, Any] = {
         "run_id": journal.run_id or "",
         "seq": journal.next_seq(),
@@ -226,7 +240,7 @@ async def _commit(
         "result": result,
         "locals": None,
         "scopes": None,
-        "deltas": to_json(recorder.changes).decode() if recorder.changes else None,
+        "deltas": to_json(changes).decode() if changes else None,
         "error": None if failure is None else encode_failure(failure),
         "cost_pico": recorder.pico,
         "tokens": recorder.tokens,
@@ -235,6 +249,32 @@ async def _commit(
     if fields is not None:
         values.update(fields())
     await journal.commit_step(JournalEntry.from_row(values))
+
+
+_SAME_MIN = 66
+"""A result shorter than this JSON text (a 64-character string) is stored as it is."""
+
+
+def _same_as(value: Any, changes: list[Change], journal: RunJournal) -> int | None:
+    """The index, among ``changes`` expanded, of the last message whose text is ``value``
+    (a step returning the answer of the ``agency.llm`` call it made), or ``None``."""
+    if not any(change[0] == UNIT or change[0] == "push" for change in changes):
+        return None
+    expanded = expand(changes, journal.entries)
+    for index in range(len(expanded) - 1, -1, -1):
+        change = expanded[index]
+        if change[0] == "push" and change[2].get("content") == value:
+            return index
+    return None
+
+
+def _same_text(changes: list[Change], journal: RunJournal) -> str:
+    """A ``["same", index]`` result undone: the JSON text of the message it points at."""
+    change = expand(changes, journal.entries)[int(changes[-1][1])]
+    content = change[2]["content"] if change[0] == "push" else None
+    if not isinstance(content, str):
+        raise ValueError("the result's reference points at no message text")
+    return to_json(content).decode()
 
 
 async def journaled(
@@ -268,7 +308,8 @@ async def journaled(
         def decoded(text: str) -> T:
             data = from_json(text)
             if resolve is not None:
-                data = resolve(data, from_json(entry.deltas) if entry.deltas else [])
+                changes = from_json(entry.deltas) if entry.deltas else []
+                data = resolve(data, expand(changes, journal.entries))
             return decode(data)
 
         return replay(frame, journal, entry, decoded, observed=observed)
@@ -278,7 +319,7 @@ async def journaled(
         if refer is not None:  # perform encodes while the unit's recorder is current
             recorder = CHANGES.get()
             if recorder is not None and recorder.changes:
-                data = refer(data, recorder.changes)
+                data = refer(data, expand(recorder.changes, journal.entries))
         return to_json(data).decode(), result
 
     return await perform(

@@ -5,42 +5,90 @@ changes, which this module applies to the frame's threads itself, and the change
 report — spend and grants of guards — which each feature teaches it to apply with
 :func:`register_change`. Every change applied is reported again to the unit that is running
 around the replay, so an enclosing step records it too.
+
+A unit that ran committed units inside it (a step calling ``agency.llm``) holds one
+``["unit", path]`` change for each of them instead of a copy of their changes: their own
+entries hold those, so each text is stored once. Replaying it applies the changes of the
+entry at ``path`` (and of the units that one names, at any depth) in place of the marker,
+and reports the marker itself to the unit running around the replay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from .._core._changes import Change, report_change
+from pydantic_core import from_json
+
+from .._core._changes import SAME, UNIT, Change, report_change
 from .._core._frame import Frame
 from .._core._threads import THREAD_CHANGE_KINDS
+from .._types import JournalEntry
 
-__all__ = ["register_change", "replay_changes"]
+__all__ = ["expand", "register_change", "replay_changes"]
 
 _APPLIERS: dict[str, Callable[[Frame, Change], None]] = {}
+
+Units = Mapping[str, JournalEntry]
+"""A run's recorded entries by path (``RunJournal.entries``): where markers are looked up."""
 
 
 def register_change(kind: str, apply: Callable[[Frame, Change], None]) -> None:
     """Teach replay to apply changes of ``kind`` (a feature's, e.g. a guard's ``"cost"``)."""
-    if kind in THREAD_CHANGE_KINDS:
-        raise ValueError(f"{kind!r} is a thread change; threads apply their own")
+    if kind in THREAD_CHANGE_KINDS or kind in (UNIT, SAME):
+        raise ValueError(f"{kind!r} is a change kind of the runtime's own")
     _APPLIERS[kind] = apply
 
 
-def replay_changes(frame: Frame, changes: list[Change]) -> None:
-    """Apply recorded changes in ``frame`` and report them to an enclosing running unit.
+def replay_changes(
+    frame: Frame, changes: list[Change], units: Units, *, report: bool = True
+) -> None:
+    """Apply recorded changes in ``frame`` and (``report``) report them to an enclosing
+    running unit.
 
-    The run's own spend is not charged again: the run starts from the spend its committed
-    entries hold. An unknown kind raises ``ValueError`` (the journal is then reported
-    damaged).
+    ``["unit", path]`` markers are applied from ``units`` and reported as markers. The run's
+    own spend is not charged again: the run starts from the spend its committed entries
+    hold. An unknown kind, or a marker naming an entry ``units`` lacks, raises
+    ``ValueError`` (the journal is then reported damaged).
     """
+    _apply(frame, changes, units, report=report)
+
+
+def _apply(frame: Frame, changes: list[Change], units: Units, *, report: bool) -> None:
     for change in changes:
         kind = change[0]
         if kind in THREAD_CHANGE_KINDS:
             frame.threads.apply_change(change)
+        elif kind == UNIT:
+            _apply(frame, _unit_changes(change, units), units, report=False)
+        elif kind == SAME:
+            continue  # about this unit's own result: nothing to apply or pass on
         else:
             apply = _APPLIERS.get(kind)
             if apply is None:
                 raise ValueError(f"unknown journaled change {kind!r}")
             apply(frame, change)
-        report_change(change)
+        if report:
+            report_change(change)
+
+
+def _unit_changes(marker: Change, units: Units) -> list[Change]:
+    path = marker[1]
+    entry = units.get(path) if isinstance(path, str) else None
+    if entry is None:
+        raise ValueError(f"a change stands for the unit at {path!r}, which the journal lacks")
+    if entry.error is not None:
+        raise ValueError(f"a change stands for the unit at {path!r}, which recorded a failure")
+    return from_json(entry.deltas) if entry.deltas else []
+
+
+def expand(changes: list[Change], units: Units) -> list[Change]:
+    """``changes`` with each ``["unit", path]`` marker replaced by the changes it stands for
+    (at any depth), and without ``["same", …]``: the list a unit's references index."""
+    out: list[Change] = []
+    for change in changes:
+        kind = change[0]
+        if kind == UNIT:
+            out.extend(expand(_unit_changes(change, units), units))
+        elif kind != SAME:
+            out.append(change)
+    return out

@@ -31,7 +31,6 @@ from pydantic_core import PydanticSerializationError
 from .._bounds import check_seconds
 from .._core import _observe
 from .._core._branches import qualify
-from .._core._changes import Change
 from .._core._frame import Frame, current_frame, position_of
 from .._core._threads import MessageContent, MessageThread
 from .._durable._effect import journaled, will_replay
@@ -43,7 +42,7 @@ from ._mcp import McpServer
 from ._mcp import split as split_toolsets
 from ._model import Model, resolve_model
 from ._recorded import RECORDED_FAILURES
-from ._toolloop import _converse
+from ._toolloop import _converse, _refer_to_reply, _resolve_reply
 from ._tools import Tool, as_tools
 
 __all__ = ["OnMaxToolRounds", "ask", "begin", "llm"]
@@ -313,45 +312,3 @@ def _recorded(outcome: tuple[Any, str], adapter: TypeAdapter[Any] | None) -> dic
 def _revived(recorded: Any, adapter: TypeAdapter[Any] | None) -> tuple[Any, str]:
     text = str(recorded["text"])
     return (text if adapter is None else adapter.validate_python(recorded["value"])), text
-
-
-_REFER_MIN = 64
-"""Answers shorter than this are journaled as they are: a reference would save nothing."""
-
-
-def _refer_to_reply(data: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
-    """The answer's text as a reference to the assistant message that holds it.
-
-    The call's changes (journaled with it) hold the answer as the thread's new assistant
-    message; pointing at it (``{"text_at": i}``, ``i`` the change's index) stores the
-    reply once instead of twice.
-    """
-    text = data.get("text")
-    if not isinstance(text, str) or len(text) < _REFER_MIN:
-        return data
-    for index in range(len(changes) - 1, -1, -1):
-        change = changes[index]
-        if change[0] != "push":
-            continue
-        message = change[2]
-        if message.get("role") == "assistant" and message.get("content") == text:
-            return {**{k: v for k, v in data.items() if k != "text"}, "text_at": index}
-    return data
-
-
-def _resolve_reply(data: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
-    """:func:`_refer_to_reply` undone: the text put back from the message it points at.
-
-    Raises ``IndexError``/``KeyError``/``ValueError`` when the reference does not hold an
-    assistant's text (the journal is then reported damaged).
-    """
-    if "text_at" not in data:
-        return data
-    change = changes[int(data["text_at"])]
-    message = change[2]
-    if change[0] != "push" or message["role"] != "assistant":
-        raise ValueError(f"the answer's reference points at {change[0]!r}, not a reply")
-    content = message["content"]
-    if not isinstance(content, str):
-        raise ValueError("the answer's reference points at a message without text")
-    return {**data, "text": content}

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
 from .._core import _observe
+from .._core._changes import Change
 from .._core._frame import Frame, Position, position_of, use_frame
 from .._core._jsondata import json_problem
 from .._core._money import pico_to_usd
@@ -177,6 +178,8 @@ async def _round(
             callsite=call.model.name,
             failures=RECORDED_FAILURES,
             observed=False,
+            refer=_refer_to_reply,  # a round's answer is the message it put on the thread
+            resolve=_resolve_reply,
         )
 
     obs = _observe.OBSERVER
@@ -342,3 +345,46 @@ def _errors_of(exc: Exception) -> list[str]:
             for error in exc.errors()
         ]
     return [str(exc)]
+
+
+_REFER_MIN = 64
+"""Answers (an LLM call's, a round's) shorter than this are journaled as they are: a
+reference would save nothing."""
+
+
+def _refer_to_reply(data: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
+    """The answer's text as a reference to the assistant message that holds it.
+
+    The call's changes (journaled with it) hold the answer as the thread's new assistant
+    message; pointing at it (``{"text_at": i}``, ``i`` the change's index) stores the
+    reply once instead of twice.
+    """
+    text = data.get("text")
+    if not isinstance(text, str) or len(text) < _REFER_MIN:
+        return data
+    for index in range(len(changes) - 1, -1, -1):
+        change = changes[index]
+        if change[0] != "push":
+            continue
+        message = change[2]
+        if message.get("role") == "assistant" and message.get("content") == text:
+            return {**{k: v for k, v in data.items() if k != "text"}, "text_at": index}
+    return data
+
+
+def _resolve_reply(data: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
+    """:func:`_refer_to_reply` undone: the text put back from the message it points at.
+
+    Raises ``IndexError``/``KeyError``/``ValueError`` when the reference does not hold an
+    assistant's text (the journal is then reported damaged).
+    """
+    if "text_at" not in data:
+        return data
+    change = changes[int(data["text_at"])]
+    message = change[2]
+    if change[0] != "push" or message["role"] != "assistant":
+        raise ValueError(f"the answer's reference points at {change[0]!r}, not a reply")
+    content = message["content"]
+    if not isinstance(content, str):
+        raise ValueError("the answer's reference points at a message without text")
+    return {**data, "text": content}

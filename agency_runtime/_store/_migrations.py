@@ -17,7 +17,7 @@ from .._errors import StoreSchemaError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The schema this version writes; a file with a higher ``user_version`` is refused."""
 
 _SCHEMA_1 = """
@@ -231,6 +231,13 @@ _SCHEMA_7 = """
 ALTER TABLE runs ADD COLUMN trace_context TEXT
 """
 
+# Version 8: the journal's format, no table changes. A unit that ran committed units inside
+# it (a step calling agency.llm) stores one ["unit", path] change for each of them instead of a
+# copy of their changes, and a result that is a message its changes hold as ["same", index]
+# with the result "null" (each text stored once). An older agency-runtime would read those as
+# a damaged journal, so it refuses the file instead (it understands versions up to 7).
+_SCHEMA_8 = ""
+
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _SCHEMA_1),
     (2, _SCHEMA_2),
@@ -239,6 +246,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (5, _SCHEMA_5),
     (6, _SCHEMA_6),
     (7, _SCHEMA_7),
+    (8, _SCHEMA_8),
 )
 """Numbered migrations: a file at ``user_version`` N runs every script numbered above N."""
 

@@ -35,7 +35,7 @@ __all__ = [
     "quoted",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema this version writes; a schema with a higher recorded version is refused."""
 
 _LOCK_CLASS = 0x6167_656E  # "agen": the advisory-lock class of agency-runtime's migrations
@@ -210,8 +210,14 @@ _SCHEMA_5 = """
 ALTER TABLE {s}.runs ADD COLUMN trace_context TEXT
 """
 
+# Version 6: the journal's format, no table changes (SQLite's version 8): committed inner
+# units stored once, as ["unit", path] changes, and a result a message already holds as
+# ["same", index]. An older agency-runtime refuses the schema instead of misreading them.
+_SCHEMA_6 = ""
+
 MIGRATIONS: tuple[tuple[int, str], ...] = (
     (1, _SCHEMA_1), (2, _SCHEMA_2), (3, _SCHEMA_3), (4, _SCHEMA_4), (5, _SCHEMA_5),
+    (6, _SCHEMA_6),
 )  # fmt: skip
 """Numbered migrations: a schema at version N runs every script numbered above N."""
 
