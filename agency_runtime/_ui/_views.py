@@ -305,7 +305,14 @@ def _tool_call_line(call: Mapping[str, Any]) -> str:
     return f"{name}({text})"
 
 
-def _entry_item(entry: JournalEntry, clip: Clipper, tool_calls: dict[str, str]) -> Item:
+def _entry_item(
+    entry: JournalEntry,
+    clip: Clipper,
+    tool_calls: dict[str, str],
+    units: Mapping[str, JournalEntry] | None = None,
+) -> Item:
+    """``entry`` as a timeline item; ``units``: the entries at hand by path, where the
+    ``["unit", path]`` changes of a unit that ran others inside it are found."""
     kind, title = _kind(entry.name)
     item = Item(
         seq=entry.seq,
@@ -343,30 +350,63 @@ def _entry_item(entry: JournalEntry, clip: Clipper, tool_calls: dict[str, str]) 
     elif entry.name == "agency.wait_for_event:deadline" and isinstance(result, int | float):
         item.detail.append(f"gives up at {local_time(float(result))}")
     item.collapse = kind in ("llm", "round", "sleep", "patch") or entry.name.endswith(":deadline")
-    item.result = clip.json(entry.result)
+    changes = _expanded(item, entry.deltas, units or {})
+    item.result = clip.json(_result_text(entry.result, changes))
     if entry.error is not None:
         item.error = clip.json(entry.error)
-    if kind != "round":  # a round's messages are in its LLM call's changes
-        _changes(item, entry.deltas, clip)
+    if kind != "round" and changes:  # a round's messages are in its LLM call's changes
+        _changes(item, changes, clip)
     return item
 
 
-def _changes(item: Item, deltas: str | None, clip: Clipper) -> None:
-    """The thread messages and other changes a step made (its ``deltas``)."""
+def _expanded(item: Item, deltas: str | None, units: Mapping[str, JournalEntry]) -> list[Any]:
+    """An entry's changes, each ``["unit", path]`` replaced by that unit's changes when its
+    entry is at hand (a note says where they are when it is not)."""
     if not deltas:
-        return
+        return []
     if len(deltas) > MAX_DELTAS:
         item.notes.append(f"changes not shown: {size(_bytes(deltas))} of them")
-        return
+        return []
     changes = _loads(deltas)
     if not isinstance(changes, list):
-        return
+        return []
+    out: list[Any] = []
+    for change in changes:
+        if isinstance(change, list) and len(change) == 2 and change[0] == "unit":
+            inner = units.get(str(change[1]))
+            if inner is None or inner.error is not None:
+                item.notes.append(f"the changes of {change[1]} are stored with it")
+                continue
+            out.extend(_expanded(item, inner.deltas, units))
+        else:
+            out.append(change)
+    return out
+
+
+def _result_text(result: str, changes: list[Any]) -> str:
+    """An entry's result as JSON text; a result stored as ``["same", index]`` (the text of a
+    message among its changes) is put back when that message is at hand."""
+    if not changes or not isinstance(changes[-1], list) or changes[-1][:1] != ["same"]:
+        return result
+    index = changes[-1][1] if len(changes[-1]) == 2 else None
+    plain = [c for c in changes if not (isinstance(c, list) and c[:1] == ["same"])]
+    if isinstance(index, int) and 0 <= index < len(plain):
+        change = plain[index]
+        if isinstance(change, list) and len(change) >= 3 and isinstance(change[2], Mapping):
+            content = change[2].get("content")
+            if isinstance(content, str):
+                return json.dumps(content)
+    return result
+
+
+def _changes(item: Item, changes: list[Any], clip: Clipper) -> None:
+    """The thread messages and other changes a step made (its ``deltas``, expanded)."""
     shown = 0
     for change in changes:
         if not isinstance(change, list) or not change:
             continue
         kind = change[0]
-        if kind == "cost":
+        if kind in ("cost", "same"):
             continue
         if shown >= MAX_CHANGES or clip.left <= 0:
             item.more_changes += 1
@@ -483,8 +523,9 @@ def build_timeline(
         if node.entry is not None and node.entry.name == "agency.llm:round":
             _entry_item(node.entry, Clipper(0), tool_calls)
     items: list[Item] = []
+    units = {e.path: e for e in entries}
     for node in chosen:
-        item = node.item(clip, tool_calls, waiting=record.status == "paused")
+        item = node.item(clip, tool_calls, units, waiting=record.status == "paused")
         item.depth = node.depth
         item.start_seq = node.start
         if node.children and node.spend != (item.cost_pico, item.tokens):
@@ -556,9 +597,16 @@ class _Node:
         self.depth = 0
         self.spend = (0, 0)
 
-    def item(self, clip: Clipper, tool_calls: dict[str, str], *, waiting: bool) -> Item:
+    def item(
+        self,
+        clip: Clipper,
+        tool_calls: dict[str, str],
+        units: Mapping[str, JournalEntry],
+        *,
+        waiting: bool,
+    ) -> Item:
         if self.entry is not None:
-            return _entry_item(self.entry, clip, tool_calls)
+            return _entry_item(self.entry, clip, tool_calls, units)
         if self.checkpoint is not None:
             cp = self.checkpoint
             title = f"checkpoint {cp.label}" if cp.label else "checkpoint"

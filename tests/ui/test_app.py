@@ -155,6 +155,14 @@ async def chatty(n: int) -> int:
     return await agency.with_resumable_scope("chat", body)
 
 
+@agency.entry
+async def asks_in_a_step(question: str) -> str:
+    async def body(s: ResumableScope) -> str:
+        return str(await s.step(lambda: agency.llm(question), name="ask"))
+
+    return await agency.with_resumable_scope("a", body)
+
+
 HOSTILE = "<script>alert(1)</script>"
 
 
@@ -355,6 +363,29 @@ def test_the_run_page_shows_inputs_interrupts_and_the_journal_as_a_timeline(
     assert "Σ $0.0000" in text  # the call's spend with its rounds'
     assert text.count('action="/run/fork"') == 7  # 2 rounds, the tool, the call, sleep, event, step
     assert "pending: waits for an answer" in text
+
+
+def test_a_step_stored_once_shows_its_answer_and_messages(store: Store, client: TestClient) -> None:
+    """The step keeps a marker to its LLM call and its result as a reference (issue 30): the
+    page puts both back from the call's entry."""
+    answer = "the model's long answer, " * 6
+
+    async def start() -> None:
+        with FakeModel("ui-once", replies=[answer]) as fake:
+            result = await agency.run(
+                asks_in_a_step, "a long question? " * 6, run_id="ask-1", store=store,
+                model=fake.model,
+            )  # fmt: skip
+            assert result.value == answer
+
+    anyio.run(start)
+    [_, step] = anyio.run(lambda: agency.runs.journal("ask-1", store=store))
+    assert step.result == "null"  # stored as a reference to the call's answer
+    text = client.get("/run", params={"id": "ask-1"}).text
+    shown = answer.replace("'", "&#39;") + "</pre>"
+    # the run's value, the call's message, the step's message and the step's result, put back
+    assert text.count(shown) == 4
+    assert "are stored with it" not in text
 
 
 def _family(store: Store) -> None:
