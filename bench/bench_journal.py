@@ -13,7 +13,9 @@
 (c) idempotent re-call of a completed run: microseconds per ``agency.run`` (goal <= 1 ms);
 (d) storage: 200 LLM turns (``agency.llm`` with a 1 KB prompt, a fake model answering 1 KB)
     in one run, in a fresh process on a new SQLite file: the files on disk after that process
-    exits over the message text bytes (goal <= 2x, issue 17), and the largest the database
+    exits over the message text bytes (goal <= 2x, issue 17); (d') the same with each call
+    inside a step, ``s.step(lambda: agency.llm(...))`` (goal <= 2x: each text stored once,
+    issue 30); and the largest the database
     and its WAL were together while the run wrote, over the same (goal <= 2x + the WAL cap,
     ``_sqlite.WAL_LIMIT_BYTES``).
 
@@ -96,13 +98,16 @@ def file_bytes(db):
     return sum(os.path.getsize(p) for p in (db, db + "-wal", db + "-shm") if os.path.exists(p))
 
 
-async def llm_turns(n, size, model, db):
+async def llm_turns(n, size, model, db, in_steps=False):
     largest = 0
 
     async def body(s):
         nonlocal largest
         for i in range(n):
-            await agency.llm(message_text(i, size), model=model)
+            if in_steps:  # each turn a step of its own around the call
+                await s.step(lambda i=i: agency.llm(message_text(i, size), model=model))
+            else:
+                await agency.llm(message_text(i, size), model=model)
             largest = max(largest, file_bytes(db))
         return largest
 
@@ -117,13 +122,13 @@ from agency_runtime import agency
 from agency_runtime.testing import FakeModel
 from bench_journal_flows import llm_turns, message_text
 
-n, size, db = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+n, size, db, in_steps = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == "1"
 replies = [message_text(i, size).replace("message", "answer ") for i in range(n)]
 fake = FakeModel("bench-turns", replies=replies).register()
 
 async def main():
     result = await agency.run(
-        llm_turns, n, size, fake.model, db, run_id="turns", store="sqlite:///" + db
+        llm_turns, n, size, fake.model, db, in_steps, run_id="turns", store="sqlite:///" + db
     )
     assert result.status == "completed", result
     print(result.value)
@@ -301,11 +306,14 @@ async def paused_run_of(store: SqliteStore, flows: Any, run_id: str, n: int) -> 
 # -- (d) storage ---------------------------------------------------------------------------
 
 
-def storage(tmp: Path, flows: Any) -> tuple[int, int, int]:
-    """(bytes on disk after the process exited, the most while it ran, the messages' text)."""
-    db = tmp / "turns.db"
-    largest = int(in_fresh_process(LLM_TURNS_PROCESS, tmp, MESSAGES, MESSAGE_SIZE, db))
-    after = sum(p.stat().st_size for p in tmp.glob("turns.db*"))
+def storage(tmp: Path, flows: Any, *, in_steps: bool = False) -> tuple[int, int, int]:
+    """(bytes on disk after the process exited, the most while it ran, the messages' text);
+    ``in_steps``: each call inside ``s.step(lambda: agency.llm(...))``."""
+    name = "turns-in-steps" if in_steps else "turns"
+    db = tmp / f"{name}.db"
+    args = (tmp, MESSAGES, MESSAGE_SIZE, db, int(in_steps))
+    largest = int(in_fresh_process(LLM_TURNS_PROCESS, *args))
+    after = sum(p.stat().st_size for p in tmp.glob(f"{name}.db*"))
     prompts = sum(len(flows.message_text(i, MESSAGE_SIZE).encode()) for i in range(MESSAGES))
     return after, largest, 2 * prompts  # the answers are as long as the prompts
 
@@ -366,6 +374,7 @@ async def main() -> None:
 
         # (d)
         size, largest, text = storage(tmp, flows)
+        stepped, _, _ = storage(tmp, flows, in_steps=True)
         # (e)
         scaling = answer_scaled(tmp, await pause_scaled(tmp, flows))
         sys.path.remove(str(tmp))
@@ -408,6 +417,12 @@ async def main() -> None:
             f"{size / text:.2f}x ({size / 1024:.0f} KiB for {text / 1024:.0f} KiB)",
             "<= 2x",
             size / text <= 2,
+        ),
+        row(
+            "(d') the same, each call in s.step(lambda: agency.llm(...)) / text",
+            f"{stepped / text:.2f}x ({stepped / 1024:.0f} KiB for {text / 1024:.0f} KiB)",
+            "<= 2x",
+            stepped / text <= 2,
         ),
         row(
             "(d) the most on disk while running (db + WAL) / text",
