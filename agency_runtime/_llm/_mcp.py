@@ -47,6 +47,11 @@ LOG = logging.getLogger("agency_runtime.mcp")
 DEFAULT_TIMEOUT = 60.0
 """Seconds one listing or call may take by default; then the model reads a timeout."""
 
+OPEN_TIMEOUT = 60.0
+"""Seconds opening a session may take (starting a stdio server, the MCP handshake) when the
+server's own ``timeout`` is shorter: a short call timeout must not fail a server that is
+merely slow to start on a busy machine."""
+
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 _T = TypeVar("_T")
 
@@ -63,7 +68,8 @@ class McpServer:
     stdin/stdout) or ``agency.mcp.http(url)`` (streamable HTTP). ``name`` names its calls
     in the journal (``tool:<name>.<tool>``) and prefixes its tools where two toolsets'
     names collide; ``needs_approval`` (``True`` or a set of the server's tool names) asks
-    ``std::tool-approval`` before a call; ``timeout`` bounds each listing and call (seconds).
+    ``std::tool-approval`` before a call; ``timeout`` bounds each listing and call (seconds),
+    and opening the session is bounded by the larger of it and :data:`OPEN_TIMEOUT`.
     Nothing connects until a call first lists its tools; servers of one configuration share
     one session per process.
     """
@@ -435,13 +441,19 @@ class _Hub:
         async def run() -> _T:
             import asyncio
 
+            opens = max(server.timeout, OPEN_TIMEOUT)
+            client: Client | None = None
             try:
+                async with asyncio.timeout(opens):
+                    client = await self._client(server)
                 async with asyncio.timeout(server.timeout):
-                    return await ask(await self._client(server))
+                    return await ask(client)
             except TimeoutError:
                 await self._drop(server._key)
+                late = what if client is not None else "start"
+                bound = server.timeout if client is not None else opens
                 raise McpError(
-                    f"the server {server.name!r} did not {what} within {server.timeout:g} s"
+                    f"the server {server.name!r} did not {late} within {bound:g} s"
                 ) from None
             except Exception as exc:
                 await self._drop(server._key)

@@ -21,6 +21,7 @@ import anyio
 import pytest
 
 from agency_runtime import McpServer, SqliteStore, Store, agency, approve
+from agency_runtime._errors import McpError
 from agency_runtime._llm import _mcp
 from agency_runtime.testing import FakeModel, FakeRequest, FakeToolCall
 from tests.forked import ForkServer
@@ -40,6 +41,7 @@ SERVER = textwrap.dedent(
 
     server = MCPServer("demo")
     version = open(os.environ["MCP_VERSION"]).read().strip()
+    time.sleep(float(os.environ.get("MCP_START_DELAY", "0")))  # a server slow to start
 
 
     def ran(what):
@@ -118,8 +120,9 @@ class Demo:
     def env(self) -> dict[str, str]:
         return {"MCP_COUNTER": str(self.counter), "MCP_VERSION": str(self.version)}
 
-    def stdio(self, **options: Any) -> McpServer:
-        return agency.mcp.stdio(sys.executable, [str(self.script)], env=self.env(), **options)
+    def stdio(self, *, start_delay: float = 0.0, **options: Any) -> McpServer:
+        env = {**self.env(), "MCP_START_DELAY": str(start_delay)} if start_delay else self.env()
+        return agency.mcp.stdio(sys.executable, [str(self.script)], env=env, **options)
 
     def ran(self) -> list[str]:
         return self.counter.read_text().splitlines() if self.counter.exists() else []
@@ -217,6 +220,22 @@ async def test_errors_and_timeouts_go_back_to_the_model(demo: Demo, store: Store
     assert invalid.startswith("Error: ")
     assert demo.ran()[:2] == ["boom", "slow"]
     assert "add x 1" not in demo.ran()
+
+
+async def test_a_short_call_timeout_does_not_bound_a_slow_start(demo: Demo) -> None:
+    # Starting takes ≥ 1 s (more on a busy machine); each call may take 0.5 s.
+    server = demo.stdio(name="demo", timeout=0.5, start_delay=1.0)
+    assert "add" in [t["name"] for t in await server.list_tools()]
+    assert await server.call("add", {"a": 2, "b": 2}) == "4"
+
+
+async def test_a_server_that_never_starts_times_out_as_not_started(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_mcp, "OPEN_TIMEOUT", 0.5)
+    server = demo.stdio(name="demo", timeout=0.2, start_delay=60.0)
+    with pytest.raises(McpError, match=r"the server 'demo' did not start within 0\.5 s"):
+        await server.list_tools()
 
 
 async def test_an_unreachable_server_is_a_tool_error_not_a_crash(store: Store) -> None:
