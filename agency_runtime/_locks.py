@@ -383,12 +383,13 @@ async def _await_grant(waiter: _Waiter, run_lock: _RunLock, request: _Request) -
     warn_at = start + request.warn_after if request.warn_after > 0 else math.inf
     while not waiter.granted:
         now = anyio.current_time()
-        if now >= deadline:
-            assert request.timeout is not None
-            raise _timed_out(request.name, request.timeout)
+        # The warning first: a wait past both (a stalled loop) still says it was long.
         if now >= warn_at:
             _warn(request.name, request.warn_after, waiter.owner, run_lock.holder)
             warn_at = math.inf
+        if now >= deadline:
+            assert request.timeout is not None
+            raise _timed_out(request.name, request.timeout)
         until = min(deadline, warn_at)
         if until == math.inf:
             await waiter.event.wait()
@@ -476,12 +477,13 @@ async def _acquire_global(store: LockTable, request: _Request, owner: str) -> tu
                 await store.release_lock(name, holder[0])
                 continue
             now = anyio.current_time()
-            if now >= deadline:
-                assert request.timeout is not None
-                raise _timed_out(name, request.timeout)
+            # The warning first: a wait past both (a stalled loop) still says it was long.
             if now >= warn_at:
                 _warn(name, request.warn_after, owner, holder[1] if holder else None)
                 warn_at = math.inf
+            if now >= deadline:
+                assert request.timeout is not None
+                raise _timed_out(name, request.timeout)
             wakeups = _wakeup_table()
             wakeup = wakeups.get(key)
             if wakeup is None:
