@@ -156,6 +156,7 @@ class PostgresDialect(Dialect):
         f"AND classid = {LIVENESS_CLASS}::oid AND objsubid = 2 AND granted))"
     )
     session_set = ", lease_session = %(session)s"
+    folds = True
 
     def __init__(self, schema: str) -> None:
         self.t = f"{quoted(schema)}."  # checks the name

@@ -183,9 +183,9 @@ async def test_on_asyncio_single_statements_run_on_the_event_loop_the_rest_on_th
     make_store: Callable[..., PostgresStore], anyio_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On asyncio an operation of one statement outside a transaction (a step's commit, a
-    lease renewal, an outcome, a read) goes through psycopg's async API on the loop's own
-    thread: no thread hop. A transaction (a claim) or a read of several statements (a
-    journal) runs on a worker thread, its statements back to back; on trio, whose tasks
+    lease renewal, an outcome, a read, a journal read as one statement) goes through
+    psycopg's async API on the loop's own thread: no thread hop. A transaction (a claim of
+    one run) runs on a worker thread, its statements back to back; on trio, whose tasks
     psycopg's async API cannot serve, everything does."""
     store = make_store()
     seen: list[tuple[str, int]] = []
@@ -208,10 +208,10 @@ async def test_on_asyncio_single_statements_run_on_the_event_loop_the_rest_on_th
     monkeypatch.setattr(psycopg.AsyncConnection, "execute", awaited_spy)
     loop_thread = threading.get_ident()
     assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
-    assert [e.path for e in (await store.load_journal("r")).entries] == []
     kinds, threads = taken()
     assert kinds == {"blocking"}
     assert loop_thread not in threads
+    assert [e.path for e in (await store.load_journal("r")).entries] == []
     assert await store.commit_step(_step("r", "one", 1), owner="a")
     assert await store.renew_lease("r", owner="a", lease_seconds=60)
     done = _run("r", status="completed", value="1", finished_at=2.0)

@@ -115,6 +115,30 @@ async def test_claims_take_the_highest_priority_then_the_oldest(store: Store) ->
     assert await store.claim_queued(queues=["default"], owner="w3", lease_seconds=30, limit=5) == []
 
 
+async def test_claims_of_several_queues_take_the_best_runs_of_them_all(store: Store) -> None:
+    """One order over every queue claimed, queued runs and parked runs that fell due alike
+    (highest priority, then the oldest); a parked run not yet due, or another queue's run,
+    stays."""
+    for run_id, wake_at in [("due", 0.0), ("later", 1e11)]:
+        await store.enqueue_run(_record(run_id, queue="y", at=1.5 if run_id == "due" else 0.5))
+        (claimed,) = await store.claim_queued(queues=["y"], owner="w", lease_seconds=30, limit=1)
+        assert claimed.run_id == run_id
+        parked = claimed.model_copy(update={"status": "waiting", "wake_at": wake_at})
+        assert await store.finish_run(parked, owner="w")
+    for run_id, queue, priority, at in [("a", "x", 0, 1.0), ("b", "y", 0, 2.0),
+                                        ("c", "y", 5, 3.0), ("d", "x", 0, 4.0),
+                                        ("other", "z", 99, 0.0)]:  # fmt: skip
+        await store.enqueue_run(_record(run_id, queue=queue, priority=priority, at=at))
+    first = await store.claim_queued(queues=["x", "y"], owner="w1", lease_seconds=30, limit=4)
+    assert [r.run_id for r in first] == ["c", "a", "due", "b"]
+    assert all(r.status == "running" and r.lease_owner == "w1" for r in first)
+    rest = await store.claim_queued(queues=["y", "x"], owner="w2", lease_seconds=30, limit=9)
+    assert [r.run_id for r in rest] == ["d"]
+    later = await store.get_run("later")
+    assert later is not None
+    assert later.status == "waiting"
+
+
 async def test_claims_skip_excluded_runs(store: Store) -> None:
     await store.enqueue_run(_record("a", at=1.0))
     await store.enqueue_run(_record("b", at=2.0))

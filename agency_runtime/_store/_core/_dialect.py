@@ -72,6 +72,12 @@ class Dialect(ABC):
     sessions (SQLite: a lease, and the same-machine dead-process check, tell)."""
     session_set: str = ""
     """The ``SET`` fragment a claim writes the claimer's session with (``%(session)s``)."""
+    folds: bool = False
+    """Whether each statement is a round trip to a server worth folding away: then the
+    core's hot programs send one statement where they would send several (a claim as one
+    data-modifying ``WITH``, a journal as one ``UNION ALL`` read), written in SQL only that
+    server reads. ``False`` where a statement is a function call in the process (SQLite):
+    there the plain statements are as fast, and read straight from their indexes."""
 
     @property
     def memory_columns(self) -> str:

@@ -25,6 +25,10 @@ class JournalCore(CoreBase):
     async def load_journal(self, run_id: str) -> Journal:
         t = self._d.t
         params = {"run": run_id}
+        if self._d.folds:
+            return await self._run(
+                f"load the journal of run {run_id!r}", lambda: self._load_folded(run_id)
+            )
 
         def work() -> Op[Journal]:
             steps = yield Sql(
@@ -45,6 +49,33 @@ class JournalCore(CoreBase):
         # No transaction: at READ COMMITTED (PostgreSQL's level) each SELECT would take its own
         # snapshot inside one anyway, so BEGIN and COMMIT would only add two round trips.
         return await self._run(f"load the journal of run {run_id!r}", work, several=True)
+
+    @functools.cached_property
+    def _load_folded_sql(self) -> str:
+        t = self._d.t
+
+        # Each row: its table (0 steps, 1 interrupts, 2 checkpoints), then a step's columns;
+        # an interrupt's (seq, interrupt, response, answered_at) in seq, path, name and
+        # created_at, a checkpoint's body in path.
+        def nulls(n: int) -> str:
+            return ", ".join(["NULL"] * n)
+
+        return (
+            f"SELECT 0 AS k, {', '.join(STEP_COLUMNS)} FROM {t}steps WHERE run_id = %(run)s "
+            f"UNION ALL SELECT 1, NULL, interrupt, seq, response, {nulls(8)}, answered_at "
+            f"FROM {t}interrupts WHERE run_id = %(run)s "
+            f"UNION ALL SELECT 2, NULL, body, seq, {nulls(10)} "
+            f"FROM {t}checkpoints WHERE run_id = %(run)s ORDER BY k, seq"
+        )
+
+    def _load_folded(self, run_id: str) -> Op[Journal]:
+        """:meth:`load_journal` in one statement (a dialect that :attr:`~.Dialect.folds`):
+        the steps, interrupts and checkpoints in one snapshot, in one round trip."""
+        rows = (yield Sql(self._load_folded_sql, {"run": run_id})).rows
+        steps = [row[1:] for row in rows if row[0] == 0]
+        answers = [(row[3], row[2], row[4], row[13]) for row in rows if row[0] == 1]
+        checkpoints = [(row[2],) for row in rows if row[0] == 2]
+        return journal_from_rows(run_id, steps, answers, checkpoints)
 
     async def load_journal_page(
         self, run_id: str, *, after_seq: int | None = None, limit: int = 200

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from ..._errors import InvalidArgumentError, StoreError
 from ..._types import Claim, RunRecord
 from .._rows import run_values
 from .._rules import pick_claims, queued_record
-from ._base import COLS, VALUES, CoreBase
+from ._base import COLS, COLUMNS, VALUES, CoreBase
 from ._base import record as run_record
 from ._program import Op, Sql
 
 __all__ = ["QueuesCore"]
+
+_PRIORITY, _CREATED = COLUMNS.index("priority"), COLUMNS.index("created_at")
 
 
 class QueuesCore(CoreBase):
@@ -54,6 +58,14 @@ class QueuesCore(CoreBase):
             return []
         d = self._d
         t = d.t
+        what = f"claim queued runs of {names}"
+        if d.folds:
+            params = {"names": d.array(names), "skip": d.array(list(exclude)), "n": limit,
+                      "owner": owner, "lease": lease_seconds, "now": self._now_param(),
+                      "session": self._session()}  # fmt: skip
+            folded = await self._run(what, lambda: self._claim_folded(params), check="throttled")
+            if folded is not None:
+                return folded
 
         def work() -> Op[list[RunRecord]]:
             now = yield from self._now()
@@ -108,7 +120,66 @@ class QueuesCore(CoreBase):
             claimed = {run.run_id: run for run in map(run_record, updated.rows)}
             return [claimed[run_id] for run_id in taken]
 
-        return await self._run(f"claim queued runs of {names}", work, tx=True, check="throttled")
+        return await self._run(what, work, tx=True, check="throttled")
+
+    @functools.cached_property
+    def _claim_folded_sql(self) -> str:
+        d = self._d
+        t = d.t
+        returned = ", ".join(f"u.{c}" for c in COLUMNS)
+        nulls = ", ".join(["NULL"] * (len(COLUMNS) + 1))
+
+        def due(status: str) -> str:
+            # The first %(n)s runs of one queue (q) in claim order, locked (SKIP LOCKED, as
+            # the general claim's). One queue at a time, so the queue's index (runs_runnable,
+            # runs_waking) gives that order and the scan stops after %(n)s rows, instead of
+            # sorting every queued run of a list of queues.
+            unclaimed = d.among("skip", negated=True)
+            return (
+                f"SELECT r.run_id, r.priority, r.created_at, r.{d.seq} AS seq FROM {t}runs r "
+                f"WHERE r.queue = q.name AND ({status}) "
+                f"AND r.run_id{unclaimed} AND NOT EXISTS (SELECT 1 FROM capped) "
+                f"ORDER BY r.priority DESC, r.created_at, r.{d.seq} LIMIT %(n)s{d.skip_locked}"
+            )
+
+        runnable = (
+            "r.status = 'queued' OR (r.status = 'running' AND (r.lease_expires_at IS NULL "
+            f"OR r.lease_expires_at <= t.now OR {d.session_gone}))"
+        )
+        waking = "r.status = 'waiting' AND r.wake_at <= t.now"
+        queues = "unnest(CAST(%(names)s AS text[])) AS q(name) CROSS JOIN t"
+        # One statement, so one round trip and its own transaction: the time once (t), whether
+        # a queue is limited (capped: then nothing is claimed here), each queue's first due
+        # runs locked (due), the first %(n)s of them all (picked), and the claim of each; its
+        # rows are the claimed runs with their insertion order, then a flag row when a queue
+        # is limited. The rows due locks but picked leaves are free again when it ends.
+        return (
+            f"WITH t AS (SELECT {d.now} AS now), "
+            f"capped AS (SELECT 1 FROM {t}queues WHERE name{d.among('names')} "
+            "AND concurrency IS NOT NULL LIMIT 1), "
+            f"due AS (SELECT c.* FROM {queues}, LATERAL ({due(runnable)}) c "
+            f"UNION ALL SELECT c.* FROM {queues}, "
+            f"LATERAL ({due(waking)}) c), "
+            "picked AS (SELECT run_id FROM due ORDER BY priority DESC, created_at, seq "
+            "LIMIT %(n)s), "
+            f"claimed AS (UPDATE {t}runs u SET status = 'running', attempts = u.attempts + 1, "
+            "version = u.version + 1, started_at = COALESCE(u.started_at, t.now), "
+            "updated_at = t.now, lease_owner = %(owner)s, "
+            f"lease_expires_at = t.now + %(lease)s{d.session_set}, wake_at = NULL, "
+            "waiting_for = NULL FROM picked, t WHERE u.run_id = picked.run_id "
+            f"RETURNING {returned}, u.{d.seq}) "
+            f"SELECT *, false FROM claimed UNION ALL SELECT {nulls}, true FROM capped"
+        )
+
+    def _claim_folded(self, params: dict[str, Any]) -> Op[list[RunRecord] | None]:
+        """:meth:`claim_queued` in one statement (a dialect that :attr:`~.Dialect.folds`);
+        ``None`` when a queue among them is limited: then the general program claims, in a
+        transaction that locks the limited queues' rows while it counts their runs."""
+        rows = (yield Sql(self._claim_folded_sql, params)).rows
+        if rows and rows[-1][-1]:
+            return None
+        rows.sort(key=lambda row: (-row[_PRIORITY], row[_CREATED], row[len(COLUMNS)]))
+        return [run_record(row) for row in rows]
 
     async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
         if concurrency is not None and (
