@@ -1,0 +1,116 @@
+"""The resume hot path keeps its semantics: adapters of plain scalars, entry parameters read
+once, the journal's running spend totals, and a task's quick ownership test in ``tick``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from agency_runtime._durable import _values
+from agency_runtime._durable._values import adapter_for, decode_arguments, return_adapter
+from agency_runtime._errors import EntryImportError
+
+pytestmark = pytest.mark.anyio
+
+
+# -- adapters of plain scalar annotations ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotation", "text", "expected"),
+    [
+        (str, '"abc"', "abc"),
+        (int, "12345678901234567890", 12345678901234567890),
+        (bool, "true", True),
+        (float, "2.5", 2.5),
+        (float, "3", 3.0),  # not exactly a float: pydantic's answer
+        (int, "3.0", 3),
+    ],
+)
+def test_a_scalar_annotation_validates_as_pydantic_does(
+    annotation: type, text: str, expected: Any
+) -> None:
+    value = adapter_for(annotation).validate_json(text)
+    assert value == expected
+    assert type(value) is annotation
+
+
+@pytest.mark.parametrize(
+    ("annotation", "text"), [(int, '"x"'), (str, "1"), (bool, '"maybe"'), (int, "{not json")]
+)
+def test_a_scalar_annotation_refuses_what_pydantic_refuses(annotation: type, text: str) -> None:
+    with pytest.raises(ValidationError):
+        adapter_for(annotation).validate_json(text)
+
+
+def test_python_values_of_a_scalar_annotation() -> None:
+    assert adapter_for(float).validate_python(1) == 1.0
+    assert type(adapter_for(float).validate_python(1)) is float
+    text = "kept as it is"
+    assert adapter_for(str).validate_python(text) is text
+    with pytest.raises(ValidationError):
+        adapter_for(int).validate_python("seven")
+
+
+def test_other_annotations_get_a_pydantic_adapter_of_their_own() -> None:
+    # int | str and str | int compare equal but need not validate alike: never shared
+    assert adapter_for(int | str) is not adapter_for(str | int)
+    assert adapter_for(list[int]).validate_json("[1, 2]") == [1, 2]
+
+
+def test_a_step_returning_a_scalar_is_revived_into_its_annotation() -> None:
+    def price() -> float:
+        return 3.0
+
+    adapter = return_adapter(price)
+    assert adapter is not None
+    assert adapter.validate_json("3") == 3.0
+    assert type(adapter.validate_json("3")) is float
+
+
+# -- an entry's parameters, read once --------------------------------------------------------
+
+
+def test_arguments_are_validated_into_the_entry_annotations() -> None:
+    def entry(n: int, ratio: float, *names: str, **flags: bool) -> None: ...
+
+    args, kwargs = decode_arguments(
+        entry, '{"args": [2, 1, "a", "b"], "kwargs": {"x": true, "y": "false"}}'
+    )
+    assert args == (2, 1.0, "a", "b")
+    assert type(args[1]) is float
+    assert kwargs == {"x": True, "y": False}
+
+
+def test_arguments_that_no_longer_validate_raise() -> None:
+    def entry(n: int) -> None: ...
+
+    with pytest.raises(ValidationError):
+        decode_arguments(entry, '{"args": ["seven"], "kwargs": {}}')
+    with pytest.raises(EntryImportError):
+        decode_arguments(entry, '{"args": [1, 2], "kwargs": {}}')
+
+
+def test_an_entry_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    def entry(n: int) -> None: ...
+
+    reads: list[object] = []
+    real = _values.inspect.signature
+    monkeypatch.setattr(_values.inspect, "signature", lambda fn: reads.append(fn) or real(fn))
+    for n in (1, 2, 3):
+        assert decode_arguments(entry, f'{{"args": [{n}], "kwargs": {{}}}}') == ((n,), {})
+    assert reads == [entry]
+
+
+def test_an_unresolved_annotation_is_read_again_later() -> None:
+    def entry(n: LaterType) -> None:  # type: ignore[name-defined]  # noqa: F821
+        ...
+
+    assert decode_arguments(entry, '{"args": [1], "kwargs": {}}') == ((1,), {})
+    globals()["LaterType"] = int
+    try:
+        assert decode_arguments(entry, '{"args": ["2"], "kwargs": {}}') == ((2,), {})
+    finally:
+        del globals()["LaterType"]
