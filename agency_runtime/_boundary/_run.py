@@ -164,9 +164,6 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
     return bind_store(result, store_of(record))
 
 
-CHILD_UNIT = "agency.run"
-"""The name a child run's call is journaled under in its parent (``_children``)."""
-
 _CHILD_EVENT = "agency.child:"
 _REPORTED = frozenset({"completed", "failed", "cancelled", "paused"})
 """The ends of a queued child its parent is told of (each one it waits for)."""
@@ -629,9 +626,7 @@ def _error_info(attempt: _Attempt, error: BaseException) -> ErrorInfo:
 
 def _descendants_pico(journal: RunJournal | None) -> int:
     """What the run's child runs spent: the spend billed with each child call's unit."""
-    if journal is None:
-        return 0
-    return sum(e.cost_pico for e in journal.entries.values() if e.name == CHILD_UNIT)
+    return 0 if journal is None else journal.children_pico
 
 
 def _after_storing(attempt: _Attempt, ending: _Ending, stored: bool) -> None:
@@ -712,10 +707,9 @@ async def _open_journal(
     if journal is None:
         journal = RunJournal(record.run_id, store, owner, await store.load_journal(record.run_id))
     journal.owner = owner
-    entries = journal.entries.values()
     ctx.charge(
-        pico=sum(e.cost_pico for e in entries) + record.unjournaled_pico,
-        tokens=sum(e.tokens for e in entries) + record.unjournaled_tokens,
+        pico=journal.spent_pico + record.unjournaled_pico,
+        tokens=journal.spent_tokens + record.unjournaled_tokens,
     )
     ctx.put(JOURNAL, journal)
     return journal

@@ -8,9 +8,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from agency_runtime import JournalEntry
 from agency_runtime._durable import _values
+from agency_runtime._durable._journal import CHILD_UNIT, RunJournal
 from agency_runtime._durable._values import adapter_for, decode_arguments, return_adapter
 from agency_runtime._errors import EntryImportError
+from agency_runtime._types import Journal
 
 pytestmark = pytest.mark.anyio
 
@@ -114,3 +117,29 @@ def test_an_unresolved_annotation_is_read_again_later() -> None:
         assert decode_arguments(entry, '{"args": ["2"], "kwargs": {}}') == ((2,), {})
     finally:
         del globals()["LaterType"]
+
+
+# -- the journal's spend totals ----------------------------------------------------------------
+
+
+def entry_at(seq: int, path: str, *, name: str = "step", pico: int = 0, tokens: int = 0) -> Any:
+    return JournalEntry(
+        run_id="r", seq=seq, path=path, name=name, result="null", cost_pico=pico, tokens=tokens
+    )
+
+
+async def test_the_journal_totals_the_spend_of_its_entries() -> None:
+    loaded = Journal(
+        entries=[
+            entry_at(1, "s/0", pico=5, tokens=2),
+            entry_at(2, "s/1", name=CHILD_UNIT, pico=7, tokens=1),
+        ]
+    )
+    journal = RunJournal("r", None, None, loaded)
+    assert (journal.spent_pico, journal.spent_tokens, journal.children_pico) == (12, 3, 7)
+    await journal.commit_step(entry_at(3, "s/2", pico=10, tokens=4))
+    await journal.commit_step(entry_at(4, "s/1", pico=1))  # replaces the child call's entry
+    assert (journal.spent_pico, journal.spent_tokens, journal.children_pico) == (16, 6, 0)
+    await journal.rewind(1)
+    assert (journal.spent_pico, journal.spent_tokens, journal.children_pico) == (5, 2, 0)
+    assert sum(e.cost_pico for e in journal.entries.values()) == journal.spent_pico
