@@ -3,12 +3,17 @@ once, the journal's running spend totals, and a task's quick ownership test in `
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import threading
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from agency_runtime import JournalEntry
+from agency_runtime._core import _branches
+from agency_runtime._core._branches import at_base, run_root, tick
 from agency_runtime._durable import _values
 from agency_runtime._durable._journal import CHILD_UNIT, RunJournal
 from agency_runtime._durable._values import adapter_for, decode_arguments, return_adapter
@@ -143,3 +148,51 @@ async def test_the_journal_totals_the_spend_of_its_entries() -> None:
     await journal.rewind(1)
     assert (journal.spent_pico, journal.spent_tokens, journal.children_pico) == (5, 2, 0)
     assert sum(e.cost_pico for e in journal.entries.values()) == journal.spent_pico
+
+
+# -- tick's quick test of the running task -----------------------------------------------------
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_task_started_without_the_hook_counts_on_a_branch_of_its_own() -> None:
+    with run_root(), at_base("scope"):
+        assert tick("scope") == ""
+        loop = asyncio.get_running_loop()
+
+        async def unhooked() -> str:
+            return tick("scope")
+
+        # asyncio.Task() itself, not the loop's task factory: the cursor is inherited
+        branch = await asyncio.Task(unhooked(), loop=loop)
+        assert branch.startswith("?")
+        assert tick("scope") == ""  # the owner still counts as itself
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_another_thread_loop_is_not_the_owner_while_the_owner_waits_for_it() -> None:
+    """A thread running its own loop with a copy of the context, while the owner task blocks
+    on it: the owner is still its loop's current task, yet the thread is not the owner."""
+    with run_root(), at_base("scope"):
+        assert tick("scope") == ""
+        seen: list[str] = []
+
+        async def elsewhere() -> None:
+            seen.append(tick("scope"))
+
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=lambda: context.run(asyncio.run, elsewhere()))
+        thread.start()
+        thread.join()  # the owner blocks: its loop's current task is still the owner
+        assert len(seen) == 1
+        assert seen[0].startswith("?")
+        assert tick("scope") == ""
+
+
+async def test_the_owner_ticks_on_its_own_cursor() -> None:
+    with run_root() as root, at_base("scope"):
+        for _ in range(3):
+            assert tick("scope") == ""
+        cursor = _branches._CURSOR.get()
+        assert cursor is not None
+        assert cursor.events == 3
+        assert cursor.owner == root.owner
