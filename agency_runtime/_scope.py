@@ -31,6 +31,7 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._core._branches import at_base, qualify, tick
 from ._core._frame import (
+    _FRAME,
     Position,
     ScopeState,
     call_in_frame,
@@ -41,7 +42,7 @@ from ._core._frame import (
 from ._core._jsondata import json_problem
 from ._durable._effect import perform, recorded, replay
 from ._durable._journal import RunJournal, journal_of
-from ._durable._values import return_adapter, validation_problems
+from ._durable._values import Adapter, return_adapter, validation_problems
 from ._errors import (
     InvalidArgumentError,
     JournalCorruptError,
@@ -187,6 +188,7 @@ class ResumableScope:
         "_halt_value",
         "_halted",
         "_journal",
+        "_last_adapter",
         "_next_id",
         "address",
         "module_id",
@@ -212,6 +214,7 @@ class ResumableScope:
         self._halted = False
         self._halt_value: Any = None
         self._chain_json: tuple[object, str] = ((), "")  # the chain and its JSON, built once
+        self._last_adapter: tuple[object, Adapter | None] = (None, None)
         recorded_locals = journal.scope_locals.get(address)
         if recorded_locals is not None:
             try:
@@ -254,11 +257,12 @@ class ResumableScope:
         (``order/2.0:0``), so ids never depend on how tasks interleave.
         """
         journal = self._journal
-        branch = tick(self.address)
+        address = self.address
+        branch = tick(address)
         if branch:
-            index = f"{branch}:{journal.ordinal(self.address, 'step', branch)}"
+            path = f"{address}/{branch}:{journal.ordinal(address, 'step', branch)}"
         else:
-            index = str(self._next_id)
+            path = f"{address}/{self._next_id}"
             self._next_id += 1
         if self._halted:
             return _ready(None)
@@ -267,7 +271,6 @@ class ResumableScope:
                 f"s.step() needs a callable taking no arguments, got {type(fn).__name__}; "
                 "wrap a call as s.step(lambda: work(x))"
             )
-        path = f"{self.address}/{index}"
         called = name if name is not None else step_name(fn)
         entry = journal.entries.get(path)
         if entry is not None:
@@ -275,10 +278,13 @@ class ResumableScope:
                 journal.claimed.add(path)
             else:
                 recorded(journal, path, called, _where(sys._getframe(1)))
-            adapter = return_adapter(fn, returns)
+            adapter = self._adapter(fn, returns)
             decode = from_json if adapter is None else adapter.validate_json
-            frame = current_frame("ResumableScope.step()")
+            frame = _FRAME.get()
+            if frame is None:
+                frame = current_frame("ResumableScope.step()")  # raises OutsideFrameError
             return _ready(replay(frame, journal, entry, decode))
+        index = path[len(address) + 1 :]
         policy = as_policy(retries, timeout)
         return self._execute(
             index, path, fn, called, _where(sys._getframe(1)), returns, policy, timeout
@@ -299,7 +305,7 @@ class ResumableScope:
         step_frame = frame.evolve(
             callsite=(self.module_id, self.name, index), position=Position(self.state, path)
         )
-        adapter = return_adapter(fn, returns)
+        adapter = self._adapter(fn, returns)
 
         def encode(result: Any) -> tuple[str, Any]:
             def what() -> str:
@@ -356,6 +362,20 @@ class ResumableScope:
         if policy is None:
             return await once(fn)
         return await with_policy(frame, self._journal, path, step_name, policy, timeout, fn, once)
+
+    def _adapter(self, fn: Callable[..., Any], returns: Any) -> Adapter | None:
+        """:func:`return_adapter` of a step: a loop's steps are one function (one code), so
+        the scope keeps the last one's (``return_adapter`` is cached per code as well)."""
+        if returns is None:
+            code = getattr(fn, "__code__", None)
+            last = self._last_adapter
+            if code is not None and code is last[0]:
+                return last[1]
+            adapter = return_adapter(fn)
+            if code is not None:
+                self._last_adapter = (code, adapter)
+            return adapter
+        return return_adapter(fn, returns)
 
     # -- locals and halt -------------------------------------------------------------------------
 
