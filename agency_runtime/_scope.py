@@ -32,6 +32,7 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 from ._core._branches import at_base, qualify, tick
 from ._core._frame import (
     _FRAME,
+    Frame,
     Position,
     ScopeState,
     call_in_frame,
@@ -147,6 +148,31 @@ def _code_names(code: CodeType, closure: dict[str, Any], found: dict[str, None])
             _code_names(const, {}, found)
 
 
+_LAMBDA_NAMES: dict[tuple[CodeType, str, tuple[bool, ...]], str] = {}
+_MAX_CACHED_NAMES = 4096
+
+
+def _holds_callable(cell: Any) -> bool:
+    try:
+        return callable(cell.cell_contents)
+    except ValueError:  # an empty cell
+        return False
+
+
+def _lambda_name(name: str, code: CodeType, cells: tuple[Any, ...]) -> str:
+    """:func:`step_name` of a lambda named ``name`` with ``code`` and closure ``cells``."""
+    closure: dict[str, Any] = {}
+    for variable, cell in zip(code.co_freevars, cells, strict=False):
+        try:
+            closure[variable] = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    found: dict[str, None] = {}
+    _code_names(code, closure, found)
+    names = list(found)[:_MAX_LAMBDA_NAMES]
+    return f"{name[:-1]}:{','.join(names)}>" if names else name
+
+
 def step_name(fn: Callable[..., Any]) -> str:
     """A step's default name: the callable's qualified name.
 
@@ -162,17 +188,16 @@ def step_name(fn: Callable[..., Any]) -> str:
         code = getattr(fn, "__code__", None)
         if isinstance(code, CodeType):
             cells = getattr(fn, "__closure__", None) or ()
-            closure: dict[str, Any] = {}
-            for variable, cell in zip(code.co_freevars, cells, strict=False):
-                try:
-                    closure[variable] = cell.cell_contents
-                except ValueError:  # an empty cell
-                    continue
-            found: dict[str, None] = {}
-            _code_names(code, closure, found)
-            names = list(found)[:_MAX_LAMBDA_NAMES]
-            if names:
-                return f"{name[:-1]}:{','.join(names)}>"
+            # The name depends on the code and on which closure variables hold callables
+            # only: found once per such combination (a loop's lambda steps share one).
+            key = (code, name, tuple(map(_holds_callable, cells)))
+            named = _LAMBDA_NAMES.get(key)
+            if named is None:
+                named = _lambda_name(name, code, cells)
+                if len(_LAMBDA_NAMES) >= _MAX_CACHED_NAMES:
+                    _LAMBDA_NAMES.clear()
+                _LAMBDA_NAMES[key] = named
+            return named
         return name
     inner = getattr(fn, "func", None)  # functools.partial
     if inner is not None:
@@ -302,8 +327,13 @@ class ResumableScope:
         timeout: float | None = None,
     ) -> Any:
         frame = current_frame("ResumableScope.step()")
-        step_frame = frame.evolve(
-            callsite=(self.module_id, self.name, index), position=Position(self.state, path)
+        step_frame = Frame(  # frame.evolve(callsite=..., position=...), field by field
+            frame.ctx,
+            frame.stack,
+            frame.threads,
+            frame.globals,
+            (self.module_id, self.name, index),
+            Position(self.state, path),
         )
         adapter = self._adapter(fn, returns)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import threading
 from typing import Any
 
@@ -14,10 +15,10 @@ from pydantic import ValidationError
 from agency_runtime import JournalEntry
 from agency_runtime._core import _branches
 from agency_runtime._core._branches import at_base, run_root, tick
-from agency_runtime._durable import _values
 from agency_runtime._durable._journal import CHILD_UNIT, RunJournal
 from agency_runtime._durable._values import adapter_for, decode_arguments, return_adapter
 from agency_runtime._errors import EntryImportError
+from agency_runtime._scope import step_name
 from agency_runtime._types import Journal
 
 pytestmark = pytest.mark.anyio
@@ -105,8 +106,13 @@ def test_an_entry_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     def entry(n: int) -> None: ...
 
     reads: list[object] = []
-    real = _values.inspect.signature
-    monkeypatch.setattr(_values.inspect, "signature", lambda fn: reads.append(fn) or real(fn))
+    real = inspect.signature
+
+    def signature(fn: Any) -> inspect.Signature:
+        reads.append(fn)
+        return real(fn)
+
+    monkeypatch.setattr(inspect, "signature", signature)
     for n in (1, 2, 3):
         assert decode_arguments(entry, f'{{"args": [{n}], "kwargs": {{}}}}') == ((n,), {})
     assert reads == [entry]
@@ -196,3 +202,33 @@ async def test_the_owner_ticks_on_its_own_cursor() -> None:
         assert cursor is not None
         assert cursor.events == 3
         assert cursor.owner == root.owner
+
+
+# -- lambda step names, found once per code and closure --------------------------------------
+
+
+def test_one_lambda_is_named_after_what_its_closure_holds_each_time() -> None:
+    names = []
+    for held in (len, "text", max, None):
+
+        def make(f: Any) -> Any:
+            return lambda: f("x")
+
+        names.append(step_name(make(held)))
+    assert [n.rsplit(".", 1)[-1] for n in names] == [
+        "<lambda:f>",
+        "<lambda>",
+        "<lambda:f>",
+        "<lambda>",
+    ]
+
+
+def test_a_lambda_with_an_empty_cell_is_named_as_before() -> None:
+    def make() -> Any:
+        later: Any
+        step = lambda: later()  # noqa: E731
+        if step is None:  # never true: the cell of ``later`` stays empty
+            later = len
+        return step
+
+    assert step_name(make()).endswith(".<lambda>")
