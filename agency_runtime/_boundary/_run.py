@@ -67,7 +67,16 @@ from .._llm._model import MODELS, Model, known_secrets, model_name, run_model
 from .._llm._model import check_model as check_llm_model
 from .._locks import share_run_locks
 from .._store import RunRecord, Store
-from .._types import ErrorInfo, Interrupt, RunResult, RunStatus, bind_store, store_of
+from .._types import (
+    ErrorInfo,
+    Interrupt,
+    InterruptResponse,
+    RunResult,
+    RunStatus,
+    bind_store,
+    complete,
+    store_of,
+)
 from ._handback import HandBack
 from ._runtime import RUNTIME
 
@@ -635,6 +644,9 @@ def _after_storing(attempt: _Attempt, ending: _Ending, stored: bool) -> None:
     record, status = attempt.record, ending.status
     if stored and status == "paused" and attempt.journal is not None:
         RUNTIME.journals.keep(attempt.store, record.run_id, record.version + 1, attempt.journal)
+        # Its answer is an InterruptResponse (approve() / reject()): build that model's
+        # schema now, once per process, rather than in the call that answers.
+        complete(InterruptResponse)
     if not stored and ending.error is None and status not in ("queued", "waiting"):
         logger.warning(
             "run %r finished with status %r, but it was cancelled or another process holds "
