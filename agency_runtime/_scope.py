@@ -31,6 +31,8 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from ._core._branches import at_base, qualify, tick
 from ._core._frame import (
+    _FRAME,
+    Frame,
     Position,
     ScopeState,
     call_in_frame,
@@ -41,7 +43,7 @@ from ._core._frame import (
 from ._core._jsondata import json_problem
 from ._durable._effect import perform, recorded, replay
 from ._durable._journal import RunJournal, journal_of
-from ._durable._values import return_adapter, validation_problems
+from ._durable._values import Adapter, return_adapter, validation_problems
 from ._errors import (
     InvalidArgumentError,
     JournalCorruptError,
@@ -146,6 +148,31 @@ def _code_names(code: CodeType, closure: dict[str, Any], found: dict[str, None])
             _code_names(const, {}, found)
 
 
+_LAMBDA_NAMES: dict[tuple[CodeType, str, tuple[bool, ...]], str] = {}
+_MAX_CACHED_NAMES = 4096
+
+
+def _holds_callable(cell: Any) -> bool:
+    try:
+        return callable(cell.cell_contents)
+    except ValueError:  # an empty cell
+        return False
+
+
+def _lambda_name(name: str, code: CodeType, cells: tuple[Any, ...]) -> str:
+    """:func:`step_name` of a lambda named ``name`` with ``code`` and closure ``cells``."""
+    closure: dict[str, Any] = {}
+    for variable, cell in zip(code.co_freevars, cells, strict=False):
+        try:
+            closure[variable] = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+    found: dict[str, None] = {}
+    _code_names(code, closure, found)
+    names = list(found)[:_MAX_LAMBDA_NAMES]
+    return f"{name[:-1]}:{','.join(names)}>" if names else name
+
+
 def step_name(fn: Callable[..., Any]) -> str:
     """A step's default name: the callable's qualified name.
 
@@ -161,17 +188,16 @@ def step_name(fn: Callable[..., Any]) -> str:
         code = getattr(fn, "__code__", None)
         if isinstance(code, CodeType):
             cells = getattr(fn, "__closure__", None) or ()
-            closure: dict[str, Any] = {}
-            for variable, cell in zip(code.co_freevars, cells, strict=False):
-                try:
-                    closure[variable] = cell.cell_contents
-                except ValueError:  # an empty cell
-                    continue
-            found: dict[str, None] = {}
-            _code_names(code, closure, found)
-            names = list(found)[:_MAX_LAMBDA_NAMES]
-            if names:
-                return f"{name[:-1]}:{','.join(names)}>"
+            # The name depends on the code and on which closure variables hold callables
+            # only: found once per such combination (a loop's lambda steps share one).
+            key = (code, name, tuple(map(_holds_callable, cells)))
+            named = _LAMBDA_NAMES.get(key)
+            if named is None:
+                named = _lambda_name(name, code, cells)
+                if len(_LAMBDA_NAMES) >= _MAX_CACHED_NAMES:
+                    _LAMBDA_NAMES.clear()
+                _LAMBDA_NAMES[key] = named
+            return named
         return name
     inner = getattr(fn, "func", None)  # functools.partial
     if inner is not None:
@@ -187,6 +213,7 @@ class ResumableScope:
         "_halt_value",
         "_halted",
         "_journal",
+        "_last_adapter",
         "_next_id",
         "address",
         "module_id",
@@ -212,6 +239,7 @@ class ResumableScope:
         self._halted = False
         self._halt_value: Any = None
         self._chain_json: tuple[object, str] = ((), "")  # the chain and its JSON, built once
+        self._last_adapter: tuple[object, Adapter | None] = (None, None)
         recorded_locals = journal.scope_locals.get(address)
         if recorded_locals is not None:
             try:
@@ -254,11 +282,12 @@ class ResumableScope:
         (``order/2.0:0``), so ids never depend on how tasks interleave.
         """
         journal = self._journal
-        branch = tick(self.address)
+        address = self.address
+        branch = tick(address)
         if branch:
-            index = f"{branch}:{journal.ordinal(self.address, 'step', branch)}"
+            path = f"{address}/{branch}:{journal.ordinal(address, 'step', branch)}"
         else:
-            index = str(self._next_id)
+            path = f"{address}/{self._next_id}"
             self._next_id += 1
         if self._halted:
             return _ready(None)
@@ -267,7 +296,6 @@ class ResumableScope:
                 f"s.step() needs a callable taking no arguments, got {type(fn).__name__}; "
                 "wrap a call as s.step(lambda: work(x))"
             )
-        path = f"{self.address}/{index}"
         called = name if name is not None else step_name(fn)
         entry = journal.entries.get(path)
         if entry is not None:
@@ -275,10 +303,13 @@ class ResumableScope:
                 journal.claimed.add(path)
             else:
                 recorded(journal, path, called, _where(sys._getframe(1)))
-            adapter = return_adapter(fn, returns)
+            adapter = self._adapter(fn, returns)
             decode = from_json if adapter is None else adapter.validate_json
-            frame = current_frame("ResumableScope.step()")
+            frame = _FRAME.get()
+            if frame is None:
+                frame = current_frame("ResumableScope.step()")  # raises OutsideFrameError
             return _ready(replay(frame, journal, entry, decode))
+        index = path[len(address) + 1 :]
         policy = as_policy(retries, timeout)
         return self._execute(
             index, path, fn, called, _where(sys._getframe(1)), returns, policy, timeout
@@ -296,10 +327,15 @@ class ResumableScope:
         timeout: float | None = None,
     ) -> Any:
         frame = current_frame("ResumableScope.step()")
-        step_frame = frame.evolve(
-            callsite=(self.module_id, self.name, index), position=Position(self.state, path)
+        step_frame = Frame(  # frame.evolve(callsite=..., position=...), field by field
+            frame.ctx,
+            frame.stack,
+            frame.threads,
+            frame.globals,
+            (self.module_id, self.name, index),
+            Position(self.state, path),
         )
-        adapter = return_adapter(fn, returns)
+        adapter = self._adapter(fn, returns)
 
         def encode(result: Any) -> tuple[str, Any]:
             def what() -> str:
@@ -356,6 +392,20 @@ class ResumableScope:
         if policy is None:
             return await once(fn)
         return await with_policy(frame, self._journal, path, step_name, policy, timeout, fn, once)
+
+    def _adapter(self, fn: Callable[..., Any], returns: Any) -> Adapter | None:
+        """:func:`return_adapter` of a step: a loop's steps are one function (one code), so
+        the scope keeps the last one's (``return_adapter`` is cached per code as well)."""
+        if returns is None:
+            code = getattr(fn, "__code__", None)
+            last = self._last_adapter
+            if code is not None and code is last[0]:
+                return last[1]
+            adapter = return_adapter(fn)
+            if code is not None:
+                self._last_adapter = (code, adapter)
+            return adapter
+        return return_adapter(fn, returns)
 
     # -- locals and halt -------------------------------------------------------------------------
 

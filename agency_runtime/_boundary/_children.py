@@ -39,7 +39,7 @@ from .._core._frame import Frame, current_frame_maybe, position_of
 from .._durable._effect import journaled, will_replay
 from .._durable._entries import location_ref
 from .._durable._failures import register_failure
-from .._durable._journal import journal_of
+from .._durable._journal import CHILD_UNIT, journal_of
 from .._durable._values import check_entry, encode_arguments
 from .._errors import ChildRunRejectedError, InvalidArgumentError, RunConflictError, RunPaused
 from .._guards import charge, gate
@@ -51,7 +51,6 @@ from .._waits import wait_for_event
 from . import _run
 from ._queue import check_queue, check_worker_entry
 from ._run import (
-    CHILD_UNIT,
     check_model,
     check_run_id,
     check_same_inputs,

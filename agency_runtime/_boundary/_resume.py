@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
@@ -34,14 +34,18 @@ async def get_record(store: Store, run_id: str) -> RunRecord:
     return bind_store(record, store)
 
 
-async def _continue(store: Store, record: RunRecord) -> RunResult:
+async def _continue(
+    store: Store, record: RunRecord, entry: Callable[..., Any] | None = None
+) -> RunResult:
     """Run ``record`` again from its journal with its stored entry and arguments.
 
     The entry must be one the application declared or this process ran
     (:meth:`~agency_runtime._durable._entries.EntryRegistry.find`); else
-    :class:`EntryNotAllowedError` is raised and nothing runs.
+    :class:`EntryNotAllowedError` is raised and nothing runs. ``entry``: the one the
+    caller found for ``record`` already.
     """
-    entry = RUNTIME.entries.find(record.run_id, record.entry)
+    if entry is None:
+        entry = RUNTIME.entries.find(record.run_id, record.entry)
     try:
         args, kwargs = decode_arguments(entry, record.arguments)
     except ValidationError as exc:
@@ -146,8 +150,9 @@ async def respond_to_interrupts(
             "no interrupts to answer"
         )
     asking = await _asking_runs(store_, top, asked)
+    entry = None
     if not enqueue:  # an undeclared entry: refused before anything is stored
-        RUNTIME.entries.find(top.run_id, top.entry)
+        entry = RUNTIME.entries.find(top.run_id, top.entry)
     for run_id, record in asking.items():
         mine = {i.interrupt_id: answers[i.interrupt_id] for i in asked if i.run_id == run_id}
         # A child that runs on workers (queue=) goes back to them with its answers.
@@ -167,7 +172,7 @@ async def respond_to_interrupts(
         if top_id not in asking:  # only its children asked: hand the parent itself over
             await store_.answer_interrupts(top_id, {}, enqueue=True)
         return stored_result(await get_record(store_, top_id))
-    result = await _continue(store_, top)
+    result = await _continue(store_, top, entry)
     await _continue_parents(store_, top)
     return result
 
@@ -267,6 +272,8 @@ async def _descends_from(store: Store, record: RunRecord, ancestor: str) -> bool
 async def _continue_parents(store: Store, record: RunRecord) -> None:
     """Continue the paused runs above ``record`` (a child answered directly): each waits
     for it at its call, which now returns the child's outcome (or pauses again on it)."""
+    if record.parent_id is None:
+        return  # a top-level run
     async with aclosing(_parents(store, record)) as parents:
         async for parent in parents:
             if parent.status != "paused":

@@ -67,7 +67,16 @@ from .._llm._model import MODELS, Model, known_secrets, model_name, run_model
 from .._llm._model import check_model as check_llm_model
 from .._locks import share_run_locks
 from .._store import RunRecord, Store
-from .._types import ErrorInfo, Interrupt, RunResult, RunStatus, bind_store, store_of
+from .._types import (
+    ErrorInfo,
+    Interrupt,
+    InterruptResponse,
+    RunResult,
+    RunStatus,
+    bind_store,
+    complete,
+    store_of,
+)
 from ._handback import HandBack
 from ._runtime import RUNTIME
 
@@ -163,9 +172,6 @@ def result_from_record(record: RunRecord, entry: Callable[..., Any] | None) -> R
     )
     return bind_store(result, store_of(record))
 
-
-CHILD_UNIT = "agency.run"
-"""The name a child run's call is journaled under in its parent (``_children``)."""
 
 _CHILD_EVENT = "agency.child:"
 _REPORTED = frozenset({"completed", "failed", "cancelled", "paused"})
@@ -629,9 +635,7 @@ def _error_info(attempt: _Attempt, error: BaseException) -> ErrorInfo:
 
 def _descendants_pico(journal: RunJournal | None) -> int:
     """What the run's child runs spent: the spend billed with each child call's unit."""
-    if journal is None:
-        return 0
-    return sum(e.cost_pico for e in journal.entries.values() if e.name == CHILD_UNIT)
+    return 0 if journal is None else journal.children_pico
 
 
 def _after_storing(attempt: _Attempt, ending: _Ending, stored: bool) -> None:
@@ -640,6 +644,9 @@ def _after_storing(attempt: _Attempt, ending: _Ending, stored: bool) -> None:
     record, status = attempt.record, ending.status
     if stored and status == "paused" and attempt.journal is not None:
         RUNTIME.journals.keep(attempt.store, record.run_id, record.version + 1, attempt.journal)
+        # Its answer is an InterruptResponse (approve() / reject()): build that model's
+        # schema now, once per process, rather than in the call that answers.
+        complete(InterruptResponse)
     if not stored and ending.error is None and status not in ("queued", "waiting"):
         logger.warning(
             "run %r finished with status %r, but it was cancelled or another process holds "
@@ -712,10 +719,9 @@ async def _open_journal(
     if journal is None:
         journal = RunJournal(record.run_id, store, owner, await store.load_journal(record.run_id))
     journal.owner = owner
-    entries = journal.entries.values()
     ctx.charge(
-        pico=sum(e.cost_pico for e in entries) + record.unjournaled_pico,
-        tokens=sum(e.tokens for e in entries) + record.unjournaled_tokens,
+        pico=journal.spent_pico + record.unjournaled_pico,
+        tokens=journal.spent_tokens + record.unjournaled_tokens,
     )
     ctx.put(JOURNAL, journal)
     return journal

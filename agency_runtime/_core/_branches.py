@@ -56,13 +56,16 @@ logger = logging.getLogger("agency_runtime.branches")
 class Cursor:
     """One task's causal position relative to a base address (see the module docstring)."""
 
-    __slots__ = ("base", "branch", "events", "owner", "parent", "spawned")
+    __slots__ = ("base", "branch", "events", "owner", "parent", "spawned", "where")
 
     def __init__(self, base: str, branch: str, parent: Cursor | None, owner: int | None) -> None:
         self.base = base
         self.branch = branch
         self.parent = parent
         self.owner = owner
+        self.where: tuple[int, Any] | None = None
+        """The thread and the asyncio loop the owner was last seen running on as the loop's
+        current task (``None`` when not seen so, e.g. on trio): :func:`tick`'s quick test."""
         self.events = 0
         """Counted events this task made at this base so far."""
         self.spawned = 0
@@ -106,21 +109,32 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 def _current_task() -> int:
     """An identity for the running task (a thread's id outside any task)."""
+    return _running_task()[0]
+
+
+def _running_task() -> tuple[int, tuple[int, Any] | None]:
+    """:func:`_current_task`, and the thread and loop when it is an asyncio loop's current
+    task as read from ``_asyncio_tasks`` (what :attr:`Cursor.where` keeps)."""
     loop = _running_loop()
     if loop is not None:
-        task = (
-            _asyncio_tasks.get(loop) if _asyncio_tasks is not None else _asyncio.current_task(loop)
-        )
-        if task is not None:
-            return id(task)
+        if _asyncio_tasks is not None:
+            task = _asyncio_tasks.get(loop)
+            if task is not None:
+                return id(task), (threading.get_ident(), loop)
+        else:
+            task = _asyncio.current_task(loop)
+            if task is not None:
+                return id(task), None
     trio = sys.modules.get("trio")
     if trio is not None:
         try:
-            return id(trio.lowlevel.current_task())
+            return id(trio.lowlevel.current_task()), None
         except RuntimeError:
             pass
-    return threading.get_ident()
+    return threading.get_ident(), None
 
+
+_get_ident = threading.get_ident
 
 _warned_unhooked = False
 
@@ -130,11 +144,12 @@ def _mine() -> Cursor | None:
     cursor = _CURSOR.get()
     if cursor is None:
         return None
-    task = _current_task()
+    task, where = _running_task()
     if cursor.owner == task:
+        cursor.where = where
         return cursor
     if cursor.owner is None:
-        cursor.owner = task
+        cursor.owner, cursor.where = task, where
         return cursor
     global _warned_unhooked
     if not _warned_unhooked:
@@ -144,7 +159,7 @@ def _mine() -> Cursor | None:
             "follow arrival order (journal checks still apply)"
         )
     child = cursor.spawn(marker="?")
-    child.owner = task
+    child.owner, child.where = task, where
     _CURSOR.set(child)
     return child
 
@@ -154,9 +169,21 @@ def tick(address: str) -> str:
 
     ``""`` when the task is the one that opened ``address`` (or outside any run).
     """
-    cursor = _mine()
+    cursor = _CURSOR.get()
     if cursor is None:
         return ""
+    # Every step ticks. The common case, an asyncio task counting on its own cursor, is
+    # tested without asking asyncio for the running loop (on 3.11 that is a getpid() system
+    # call): the owner is the current task of the loop it was last seen on, in the same
+    # thread (a thread runs one loop at a time). Anything else takes :func:`_mine`'s look.
+    where = cursor.where
+    if (
+        where is None
+        or where[0] != _get_ident()
+        or id(_asyncio_tasks.get(where[1])) != cursor.owner
+    ):
+        cursor = _mine()
+        assert cursor is not None
     cursor.events += 1
     cursor.spawned = 0
     if cursor.base == address:
@@ -195,8 +222,11 @@ def open_base(base: str) -> contextvars.Token[Cursor | None]:
     # Every caller counted an event at the enclosing base just before (tick), which made
     # sure the current cursor is this task's own: no second look at the running task.
     parent = _CURSOR.get()
-    owner = parent.owner if parent is not None else _current_task()
-    return _CURSOR.set(Cursor(base, "", parent, owner))
+    if parent is None:
+        return _CURSOR.set(Cursor(base, "", None, _current_task()))
+    cursor = Cursor(base, "", parent, parent.owner)
+    cursor.where = parent.where
+    return _CURSOR.set(cursor)
 
 
 def close_base(token: contextvars.Token[Cursor | None]) -> None:
@@ -218,7 +248,9 @@ def at_base(base: str) -> Iterator[None]:
 def run_root() -> Iterator[Cursor]:
     """The cursor of a run's entry (its base is the run root, ``""``)."""
     install_spawn_hook()
-    cursor = Cursor("", "", None, _current_task())
+    owner, where = _running_task()
+    cursor = Cursor("", "", None, owner)
+    cursor.where = where
     token = _CURSOR.set(cursor)
     try:
         yield cursor

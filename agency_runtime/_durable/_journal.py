@@ -26,10 +26,20 @@ from .._types import (
 )
 from ._parking import Parking
 
-__all__ = ["JOURNAL", "PATCH_PREFIX", "PausedJournals", "RunJournal", "journal_of"]
+__all__ = [
+    "CHILD_UNIT",
+    "JOURNAL",
+    "PATCH_PREFIX",
+    "PausedJournals",
+    "RunJournal",
+    "journal_of",
+]
 
 PATCH_PREFIX = "patch:"
 """The journal path of ``agency.patched(change_id)``'s marker is this plus the change id."""
+
+CHILD_UNIT = "agency.run"
+"""The name a child run's call is journaled under in its parent (its spend is the child's)."""
 
 
 class RunJournal:
@@ -45,6 +55,7 @@ class RunJournal:
         "answers",
         "asked",
         "checkpoints",
+        "children_pico",
         "claimed",
         "entries",
         "execution",
@@ -60,6 +71,8 @@ class RunJournal:
         "scope_locals",
         "scope_names",
         "seq",
+        "spent_pico",
+        "spent_tokens",
         "store",
     )
 
@@ -98,6 +111,11 @@ class RunJournal:
         """Patch markers not written yet: they go to the store before the next event."""
         self._counters: dict[tuple[str, str, str], int] = defaultdict(int)
         self._last_scopes: str | None = None
+        self.spent_pico = 0
+        """The spend the entries hold (kept as they are indexed: a resume starts from it)."""
+        self.spent_tokens = 0
+        self.children_pico = 0
+        """The part of :attr:`spent_pico` held by child runs' calls (:data:`CHILD_UNIT`)."""
         if journal is not None:
             self._load(journal)
 
@@ -120,7 +138,11 @@ class RunJournal:
                 self.asked[key] = answer.interrupt
 
     def _index(self, entry: JournalEntry) -> None:
+        replaced = self.entries.get(entry.path)
+        if replaced is not None:
+            self._count_spend(replaced, -1)
         self.entries[entry.path] = entry
+        self._count_spend(entry, 1)
         scope_path = entry.path.rpartition("/")[0]
         if entry.locals is not None:
             self.scope_locals[scope_path] = entry.locals
@@ -136,6 +158,12 @@ class RunJournal:
                     f"the journal of run {self.run_id!r} is damaged at step {entry.path!r}: "
                     f"unreadable scope chain ({exc})"
                 ) from exc
+
+    def _count_spend(self, entry: JournalEntry, sign: int) -> None:
+        self.spent_pico += sign * entry.cost_pico
+        self.spent_tokens += sign * entry.tokens
+        if entry.name == CHILD_UNIT:
+            self.children_pico += sign * entry.cost_pico
 
     @property
     def durable(self) -> bool:
@@ -295,6 +323,7 @@ class RunJournal:
         entries = [e for e in self.entries.values() if e.seq <= seq]
         self.entries, self.scope_locals, self.scope_names = {}, {}, {}
         self._last_scopes = None
+        self.spent_pico = self.spent_tokens = self.children_pico = 0
         for entry in sorted(entries, key=lambda e: e.seq):
             self._index(entry)
         self.checkpoints = {k: c for k, c in self.checkpoints.items() if c.seq <= seq}

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 import typing
+import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError, from_json, to_json
@@ -24,6 +25,9 @@ from .._errors import (
 )
 
 __all__ = [
+    "Adapter",
+    "ExactAdapter",
+    "adapter_for",
     "annotation_text",
     "check_entry",
     "decode_arguments",
@@ -155,10 +159,74 @@ def encode_value(value: Any, *, what: str) -> str:
         ) from exc
 
 
-_ADAPTERS: dict[object, TypeAdapter[Any] | None] = {}
+class Adapter(Protocol):
+    """What validates a stored value into a type: a pydantic ``TypeAdapter`` or an
+    :class:`ExactAdapter` (which builds one only when it needs it)."""
+
+    def validate_json(self, data: str | bytes, /) -> Any: ...
+
+    def validate_python(self, value: Any, /) -> Any: ...
 
 
-def return_adapter(fn: Callable[..., Any], returns: Any = None) -> TypeAdapter[Any] | None:
+_EXACT = frozenset({str, int, bool, float})
+"""Annotations a value of exactly that type already fits: pydantic's (lax) validation of a
+``str``, an ``int``, a ``bool`` or a ``float`` into its own type gives it back unchanged."""
+
+
+class ExactAdapter:
+    """The adapter of a plain ``str`` / ``int`` / ``bool`` / ``float`` annotation.
+
+    A value of exactly the annotated type is returned as it is, which is what pydantic gives;
+    anything else (a ``3`` for a ``float``, a wrong type, text that is not JSON) goes to the
+    pydantic ``TypeAdapter``, built on that first need. Resuming a run whose entry and steps
+    return such types then builds no schema at all.
+    """
+
+    __slots__ = ("_full", "annotation")
+
+    def __init__(self, annotation: type) -> None:
+        self.annotation = annotation
+        self._full: TypeAdapter[Any] | None = None
+
+    def full(self) -> TypeAdapter[Any]:
+        """The pydantic adapter of the annotation (built once, on first need)."""
+        if self._full is None:
+            self._full = TypeAdapter(self.annotation)
+        return self._full
+
+    def validate_python(self, value: Any, /) -> Any:
+        """``value`` validated into the annotation."""
+        if type(value) is self.annotation:
+            return value
+        return self.full().validate_python(value)
+
+    def validate_json(self, data: str | bytes, /) -> Any:
+        """The JSON ``data`` decoded and validated into the annotation."""
+        try:
+            value = from_json(data)
+        except ValueError:
+            return self.full().validate_json(data)  # pydantic's own ValidationError
+        if type(value) is self.annotation:
+            return value
+        return self.full().validate_json(data)
+
+
+_EXACT_ADAPTERS: dict[type, ExactAdapter] = {t: ExactAdapter(t) for t in _EXACT}
+
+
+def adapter_for(annotation: Any) -> Adapter:
+    """A new adapter of ``annotation``: the (shared) :class:`ExactAdapter` of a plain scalar
+    type, else a pydantic ``TypeAdapter`` (callers cache it per function: two annotations
+    that compare equal, ``int | str`` and ``str | int``, need not validate alike)."""
+    if type(annotation) is type and annotation in _EXACT_ADAPTERS:
+        return _EXACT_ADAPTERS[annotation]
+    return TypeAdapter(annotation)
+
+
+_ADAPTERS: dict[object, Adapter | None] = {}
+
+
+def return_adapter(fn: Callable[..., Any], returns: Any = None) -> Adapter | None:
     """A TypeAdapter for ``returns``, else ``fn``'s return annotation (cached per function).
 
     ``None`` when there is nothing usable to validate into (no annotation, ``Any``,
@@ -204,17 +272,17 @@ def validation_problems(exc: ValidationError) -> str:
     )
 
 
-def _build_adapter(fn: Callable[..., Any], returns: Any) -> TypeAdapter[Any] | None:
+def _build_adapter(fn: Callable[..., Any], returns: Any) -> Adapter | None:
     annotation = returns if returns is not None else return_annotation(fn)
     if annotation in (None, type(None), Any, object, inspect.Signature.empty):
         return None
     try:
-        return TypeAdapter(annotation)
+        return adapter_for(annotation)
     except Exception:  # an annotation pydantic cannot validate
         return None
 
 
-def revive_value(text: str | None, adapter: TypeAdapter[Any] | None) -> Any:
+def revive_value(text: str | None, adapter: Adapter | None) -> Any:
     """Decode a stored JSON value, validated into ``adapter``'s type when given."""
     if text is None:
         return None
@@ -237,11 +305,10 @@ def decode_arguments(
             "the stored arguments are damaged: 'args' must be a list and 'kwargs' an object"
         )
     args, kwargs = list(raw_args), dict(raw_kwargs)
-    try:
-        signature = inspect.signature(entry)
-        hints = typing.get_type_hints(entry)
-    except (TypeError, ValueError, NameError):
+    parameters = _parameters(entry)
+    if parameters is None:
         return tuple(args), kwargs
+    signature = parameters.signature
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError as exc:
@@ -249,11 +316,13 @@ def decode_arguments(
             f"the stored arguments no longer fit the entry's signature {signature}: {exc}"
         ) from exc
     for name, value in list(bound.arguments.items()):
-        annotation = hints.get(name)
+        annotation = parameters.hints.get(name)
         if annotation is None:
             continue
+        if type(value) is annotation and annotation in _EXACT:
+            continue  # what validating it would give back (see ExactAdapter)
+        adapter = parameters.adapter(name, annotation)
         kind = signature.parameters[name].kind
-        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
         if kind is inspect.Parameter.VAR_POSITIONAL:
             bound.arguments[name] = tuple(adapter.validate_python(v) for v in value)
         elif kind is inspect.Parameter.VAR_KEYWORD:
@@ -261,3 +330,44 @@ def decode_arguments(
         else:
             bound.arguments[name] = adapter.validate_python(value)
     return bound.args, bound.kwargs
+
+
+class _Parameters:
+    """An entry's signature, type hints and the adapters of its annotated parameters."""
+
+    __slots__ = ("_adapters", "hints", "signature")
+
+    def __init__(self, signature: inspect.Signature, hints: dict[str, Any]) -> None:
+        self.signature = signature
+        self.hints = hints
+        self._adapters: dict[str, Adapter] = {}
+
+    def adapter(self, name: str, annotation: Any) -> Adapter:
+        """The adapter of parameter ``name`` (annotated ``annotation``), built once."""
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            adapter = self._adapters[name] = adapter_for(annotation)
+        return adapter
+
+
+_PARAMETERS: weakref.WeakKeyDictionary[Callable[..., Any], _Parameters] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _parameters(entry: Callable[..., Any]) -> _Parameters | None:
+    """``entry``'s parameters (``None`` when unreadable), read once per entry: every resume
+    of a run decodes its arguments with them."""
+    try:
+        return _PARAMETERS[entry]
+    except (KeyError, TypeError):  # not read yet, or an entry without weak references
+        pass
+    try:
+        parameters = _Parameters(inspect.signature(entry), typing.get_type_hints(entry))
+    except (TypeError, ValueError, NameError):
+        return None  # not kept: a forward reference may resolve later
+    try:
+        _PARAMETERS[entry] = parameters
+    except TypeError:
+        pass
+    return parameters
