@@ -393,9 +393,14 @@ class SqliteStore(StoreCore):
             except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
                 raise self._mapped(what, exc) from exc
 
-    def _finished(self) -> None:
-        """Fold a large WAL back into the database at a run's end, so the file stays small."""
-        if self._path == ":memory:":
+    def _finished(self, status: str) -> None:
+        """Fold a large WAL back into the database at a run's end, so the file stays small.
+
+        Not at a pause: an answer usually follows, and the first commit after a truncated WAL
+        syncs the new WAL's header (0.25 to 1.6 ms here, in the answer's time). A paused run's
+        WAL stays within the cap (``journal_size_limit``) until a run ends or the file
+        closes."""
+        if self._path == ":memory:" or status == "paused":
             return
         try:
             size = os.path.getsize(self._path + "-wal")

@@ -445,6 +445,28 @@ async def test_a_large_wal_is_truncated_when_a_run_finishes(
         store.close()
 
 
+async def test_a_pause_leaves_the_wal_for_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A paused run's answer usually follows: truncating the WAL at the pause would make the
+    # answer's first commit sync a new WAL header. It stays, within its cap.
+    from agency_runtime._store import _sqlite
+
+    monkeypatch.setattr(_sqlite, "WAL_TRIM_BYTES", 1024)
+    store = SqliteStore(tmp_path / "w.db")
+    try:
+        claim = await store.claim_run(
+            record("big", arguments='"' + "x" * 20000 + '"'), owner="o", lease_seconds=30
+        )
+        wal = tmp_path / "w.db-wal"
+        before = wal.stat().st_size
+        assert before > 1024
+        await store.finish_run(claim.record.model_copy(update={"status": "paused"}), owner="o")
+        assert wal.stat().st_size >= before
+    finally:
+        store.close()
+
+
 async def test_a_new_file_has_small_pages_and_a_capped_wal(tmp_path: Path) -> None:
     from agency_runtime._store import _sqlite
 

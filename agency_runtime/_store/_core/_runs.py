@@ -158,11 +158,12 @@ class RunsCore(CoreBase):
         )
         if finished:
             self._wakeups.ring()
-            self._finished()
+            self._finished(record.status)
         return finished
 
-    def _finished(self) -> None:
-        """Called after a run's outcome was stored (the SQLite store trims its WAL here)."""
+    def _finished(self, status: str) -> None:
+        """Called after a run's outcome (``status``) was stored (the SQLite store trims its
+        WAL here)."""
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._run(f"read run {run_id!r}", lambda: self._fetch(run_id))
