@@ -28,6 +28,7 @@ import itertools
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +43,29 @@ from agency_runtime._store import PostgresStore
 from agency_runtime._store._core import Check
 from tests import pg_cluster
 from tests.forked import ForkServer
+
+
+def _cache_bytecode() -> None:
+    """Let this session and the processes it starts cache bytecode, where the environment says
+    not to write any (``PYTHONDONTWRITEBYTECODE``, as some containers set).
+
+    Without a cache every pytest process compiles the runtime and the tests, and rewrites the
+    asserts of each test module and plugin package, anew — ~2.5 s of CPU per xdist worker
+    here, every run — and every interpreter a test starts compiles the runtime again. The
+    bytecode goes where Python puts it by default, ``__pycache__`` beside the sources (ignored
+    by git); not under a ``PYTHONPYCACHEPREFIX``, which would also make every process compile
+    the standard library and the installed packages again instead of reading their installed
+    bytecode. The xdist workers and the tests' subprocesses inherit the environment set here
+    (as ``bench/bench_llm.py`` does for its interpreters). Bytecode is checked against its
+    source, so nothing stale runs.
+    """
+    if not (sys.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")):
+        return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+
+
+_cache_bytecode()
 
 # Never let a test reach a network or a stray .env if litellm is imported somewhere.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
