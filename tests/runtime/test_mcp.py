@@ -35,6 +35,7 @@ SERVER = textwrap.dedent(
     import sys
     import time
 
+    import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -71,10 +72,12 @@ SERVER = textwrap.dedent(
 
 
     @server.tool()
-    def slow(seconds: float) -> str:
-        """Takes its time."""
+    async def slow(seconds: float) -> str:
+        """Takes its time: ``seconds``, or until the file $MCP_RELEASE exists."""
         ran("slow")
-        time.sleep(seconds)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not os.path.exists(os.environ["MCP_RELEASE"]):
+            await anyio.sleep(0.01)  # the server answers other calls meanwhile
         return "late"
 
 
@@ -106,7 +109,8 @@ def store(tmp_path: Path) -> Store:
 
 
 class Demo:
-    """The test server's script, its execution counter and its version file."""
+    """The test server's script, its execution counter, its version file and the file that
+    ends its ``slow`` calls early once it exists."""
 
     def __init__(self, root: Path) -> None:
         self.script = root / "demo_server.py"
@@ -114,9 +118,14 @@ class Demo:
         self.counter = root / "counter.txt"
         self.version = root / "version.txt"
         self.version.write_text("1")
+        self.release = root / "release"
 
     def env(self) -> dict[str, str]:
-        return {"MCP_COUNTER": str(self.counter), "MCP_VERSION": str(self.version)}
+        return {
+            "MCP_COUNTER": str(self.counter),
+            "MCP_VERSION": str(self.version),
+            "MCP_RELEASE": str(self.release),
+        }
 
     def stdio(self, **options: Any) -> McpServer:
         return agency.mcp.stdio(sys.executable, [str(self.script)], env=self.env(), **options)
@@ -468,6 +477,7 @@ from agency_runtime.testing import FakeModel, FakeToolCall
 
 server = agency.mcp.stdio(sys.executable, [os.environ["SERVER"]], name="demo", env={
     "MCP_COUNTER": os.environ["MCP_COUNTER"], "MCP_VERSION": os.environ["MCP_VERSION"],
+    "MCP_RELEASE": os.environ["MCP_RELEASE"],
 })
 
 
@@ -480,7 +490,7 @@ if __name__ == "__main__":
     # The resumed process replays the two recorded rounds: its model is asked once more.
     replies = ["done"] if os.environ.get("RESUMED") else [
         [FakeToolCall("pay", {"amount": 5, "to": "ada"})],
-        [FakeToolCall("slow", {"seconds": 3.0})],  # long enough for the kill to land inside
+        [FakeToolCall("slow", {"seconds": 120.0})],  # until the test releases it, after the kill
         "done",
     ]
     with FakeModel("killed", replies=replies):
@@ -494,7 +504,9 @@ def test_a_run_killed_during_an_mcp_call_never_repeats_a_finished_one(
     demo: Demo, tmp_path: Path, fork_server: ForkServer
 ) -> None:
     """SIGKILL while the second MCP call (``slow``) runs: the resumed run calls ``slow``
-    again (it was in flight) but never ``pay``, whose call was committed."""
+    again (it was in flight) but never ``pay``, whose call was committed. ``slow`` lasts until
+    the test releases it, after the kill: the kill lands inside it, and the resumed call of it
+    ends at once."""
     script = tmp_path / "killed.py"
     script.write_text(KILLED_DURING_A_CALL)
     env = {**os.environ, **demo.env(), "SERVER": str(demo.script), "DB": str(tmp_path / "r.db")}
@@ -506,6 +518,7 @@ def test_a_run_killed_during_an_mcp_call_never_repeats_a_finished_one(
         time.sleep(0.01)  # a short, bounded poll of another process's file
     first.kill()
     assert first.wait(timeout=60) == -signal.SIGKILL
+    demo.release.touch()
     resumed = {**env, "RESUMED": "1"}
     done = fork_server.run("script", script, env=resumed, cwd=tmp_path, timeout=90)
     assert done.stdout.split() == ["completed", "done"], done.stderr
