@@ -346,3 +346,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+    items.sort(key=_runs_long, reverse=True)  # stable: otherwise in the order collected
+
+
+def _runs_long(item: pytest.Item) -> bool:
+    """Whether ``item`` is one of the suite's long tests, which xdist is given first.
+
+    pytest-xdist hands tests out in the order of ``items``; a long test handed out last keeps
+    its worker busy while the others have finished (the Slack kill soak, ~15 s, used to start
+    near the end). The long ones are those marked ``slow`` (real processes) and the
+    property-based ones (hundreds of examples each); the rest, short, fill in around them.
+    """
+    return item.get_closest_marker("slow") is not None or bool(
+        getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+    )

@@ -26,7 +26,7 @@ from agency_runtime.testing import FakeModel, FakeRequest, FakeToolCall
 from tests.forked import ForkServer
 
 pytest.importorskip("mcp")
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # the tests start real MCP servers
 
 SERVER = textwrap.dedent(
     '''
@@ -499,7 +499,6 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.slow
 def test_a_run_killed_during_an_mcp_call_never_repeats_a_finished_one(
     demo: Demo, tmp_path: Path, fork_server: ForkServer
 ) -> None:
