@@ -28,6 +28,7 @@ import itertools
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,6 +43,29 @@ from agency_runtime._store import PostgresStore
 from agency_runtime._store._core import Check
 from tests import pg_cluster
 from tests.forked import ForkServer
+
+
+def _cache_bytecode() -> None:
+    """Let this session and the processes it starts cache bytecode, where the environment says
+    not to write any (``PYTHONDONTWRITEBYTECODE``, as some containers set).
+
+    Without a cache every pytest process compiles the runtime and the tests, and rewrites the
+    asserts of each test module and plugin package, anew — ~2.5 s of CPU per xdist worker
+    here, every run — and every interpreter a test starts compiles the runtime again. The
+    bytecode goes where Python puts it by default, ``__pycache__`` beside the sources (ignored
+    by git); not under a ``PYTHONPYCACHEPREFIX``, which would also make every process compile
+    the standard library and the installed packages again instead of reading their installed
+    bytecode. The xdist workers and the tests' subprocesses inherit the environment set here
+    (as ``bench/bench_llm.py`` does for its interpreters). Bytecode is checked against its
+    source, so nothing stale runs.
+    """
+    if not (sys.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")):
+        return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+
+
+_cache_bytecode()
 
 # Never let a test reach a network or a stray .env if litellm is imported somewhere.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -296,6 +320,22 @@ def fork_server() -> Iterator[ForkServer]:
         server.close()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> Iterator[int]:
+    """``-n auto`` runs one xdist worker more than the machine has cores.
+
+    The suite waits for much of its time — on real processes it starts and kills, servers,
+    PostgreSQL, a browser — rather than computing: with one worker per core, the suite used
+    about half of a 2-core machine. There, three workers took it from 134-139 s to 111 s
+    (four: 107 s, for more CPU), with other work beside it. A number given with ``-n``, or
+    by ``PYTEST_XDIST_AUTO_NUM_WORKERS``, is used as it is.
+    """
+    count: int = yield
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return count
+    return count + 1
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the shared-fixture tests on PostgreSQL under asyncio only (deselected, and counted
     as such in the summary, under trio).
@@ -322,3 +362,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+    items.sort(key=_runs_long, reverse=True)  # stable: otherwise in the order collected
+
+
+def _runs_long(item: pytest.Item) -> bool:
+    """Whether ``item`` is one of the suite's long tests, which xdist is given first.
+
+    pytest-xdist hands tests out in the order of ``items``; a long test handed out last keeps
+    its worker busy while the others have finished (the Slack kill soak, ~15 s, used to start
+    near the end). The long ones are those marked ``slow`` (real processes) and the
+    property-based ones (hundreds of examples each); the rest, short, fill in around them.
+    """
+    return item.get_closest_marker("slow") is not None or bool(
+        getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+    )

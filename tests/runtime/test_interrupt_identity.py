@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from agency_runtime import GuardExceededError, Interrupt, RunResult, Store, agen
 from agency_runtime._durable._journal import RunJournal
 from agency_runtime._interrupts import _task_position, interrupt_id
 from agency_runtime.testing import FakeModel, FakeToolCall
+from tests.forked import ForkServer
 from tests.support import app_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -251,13 +250,15 @@ async def refund_then_confirm() -> str:
 '''
 
 
-def _respond(tmp_path: Path, url: str, run_id: str, verdict: str) -> dict[str, Any]:
-    """``agency runs respond`` in a new interpreter; its JSON output."""
+def _respond(
+    fork_server: ForkServer, tmp_path: Path, url: str, run_id: str, verdict: str
+) -> dict[str, Any]:
+    """``python -m agency_runtime runs respond`` in a new process; its JSON output."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     argv = ["runs", "respond", run_id, f"--{verdict}", "--store", url, "--json"]
-    done = subprocess.run(
-        [sys.executable, "-m", "agency_runtime", *argv, "--import", "hitl_app"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    done = fork_server.run(
+        "module", "agency_runtime", *argv, "--import", "hitl_app",
+        cwd=tmp_path, env=env, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
@@ -275,6 +276,7 @@ def hitl_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Module
      (3, ["reject", "approve", "reject", "reject"], 1)],
 )  # fmt: skip
 async def test_answers_from_another_process_answer_exactly_their_call(
+    fork_server: ForkServer,
     hitl_app: ModuleType,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -287,13 +289,13 @@ async def test_answers_from_another_process_answer_exactly_their_call(
     paused = await agency.run(hitl_app.refund_then_confirm, run_id="two", store=url)
     seen = [paused.interrupts[0].interrupt_id]
     for verdict in verdicts[:-1]:
-        result = _respond(tmp_path, url, "two", verdict)
+        result = _respond(fork_server, tmp_path, url, "two", verdict)
         assert result["status"] == "paused", result
         (pending,) = result["interrupts"]
         assert pending["interrupt_id"] not in seen
         seen.append(pending["interrupt_id"])
     assert pending["effect"] == "confirm"
-    done = _respond(tmp_path, url, "two", verdicts[-1])
+    done = _respond(fork_server, tmp_path, url, "two", verdicts[-1])
     assert done["status"] == "completed", done
     ledger = (tmp_path / "ledger.txt").read_text().splitlines()
     assert ledger == ["refund 1 5"] * refunds

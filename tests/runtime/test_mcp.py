@@ -27,7 +27,7 @@ from agency_runtime.testing import FakeModel, FakeRequest, FakeToolCall
 from tests.forked import ForkServer
 
 pytest.importorskip("mcp")
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # the tests start real MCP servers
 
 SERVER = textwrap.dedent(
     '''
@@ -36,6 +36,7 @@ SERVER = textwrap.dedent(
     import sys
     import time
 
+    import anyio
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -73,10 +74,12 @@ SERVER = textwrap.dedent(
 
 
     @server.tool()
-    def slow(seconds: float) -> str:
-        """Takes its time."""
+    async def slow(seconds: float) -> str:
+        """Takes its time: ``seconds``, or until the file $MCP_RELEASE exists."""
         ran("slow")
-        time.sleep(seconds)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not os.path.exists(os.environ["MCP_RELEASE"]):
+            await anyio.sleep(0.01)  # the server answers other calls meanwhile
         return "late"
 
 
@@ -108,7 +111,8 @@ def store(tmp_path: Path) -> Store:
 
 
 class Demo:
-    """The test server's script, its execution counter and its version file."""
+    """The test server's script, its execution counter, its version file and the file that
+    ends its ``slow`` calls early once it exists."""
 
     def __init__(self, root: Path) -> None:
         self.script = root / "demo_server.py"
@@ -116,9 +120,14 @@ class Demo:
         self.counter = root / "counter.txt"
         self.version = root / "version.txt"
         self.version.write_text("1")
+        self.release = root / "release"
 
     def env(self) -> dict[str, str]:
-        return {"MCP_COUNTER": str(self.counter), "MCP_VERSION": str(self.version)}
+        return {
+            "MCP_COUNTER": str(self.counter),
+            "MCP_VERSION": str(self.version),
+            "MCP_RELEASE": str(self.release),
+        }
 
     def stdio(self, *, start_delay: float = 0.0, **options: Any) -> McpServer:
         env = {**self.env(), "MCP_START_DELAY": str(start_delay)} if start_delay else self.env()
@@ -196,6 +205,10 @@ async def test_a_servers_stderr_goes_to_logging(
 
 async def test_errors_and_timeouts_go_back_to_the_model(demo: Demo, store: Store) -> None:
     server = demo.stdio(name="demo", timeout=1.5)
+    # The server's start is not what the 1.5 s bound is about, and a busy machine may take
+    # longer to start it: its session (one per configuration, whatever the timeout) is open
+    # before the run lists the tools.
+    await demo.stdio(name="demo", timeout=60).list_tools()
 
     @agency.entry
     async def fails() -> str:
@@ -487,6 +500,7 @@ from agency_runtime.testing import FakeModel, FakeToolCall
 
 server = agency.mcp.stdio(sys.executable, [os.environ["SERVER"]], name="demo", env={
     "MCP_COUNTER": os.environ["MCP_COUNTER"], "MCP_VERSION": os.environ["MCP_VERSION"],
+    "MCP_RELEASE": os.environ["MCP_RELEASE"],
 })
 
 
@@ -499,7 +513,7 @@ if __name__ == "__main__":
     # The resumed process replays the two recorded rounds: its model is asked once more.
     replies = ["done"] if os.environ.get("RESUMED") else [
         [FakeToolCall("pay", {"amount": 5, "to": "ada"})],
-        [FakeToolCall("slow", {"seconds": 3.0})],  # long enough for the kill to land inside
+        [FakeToolCall("slow", {"seconds": 120.0})],  # until the test releases it, after the kill
         "done",
     ]
     with FakeModel("killed", replies=replies):
@@ -508,12 +522,13 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.slow
 def test_a_run_killed_during_an_mcp_call_never_repeats_a_finished_one(
     demo: Demo, tmp_path: Path, fork_server: ForkServer
 ) -> None:
     """SIGKILL while the second MCP call (``slow``) runs: the resumed run calls ``slow``
-    again (it was in flight) but never ``pay``, whose call was committed."""
+    again (it was in flight) but never ``pay``, whose call was committed. ``slow`` lasts until
+    the test releases it, after the kill: the kill lands inside it, and the resumed call of it
+    ends at once."""
     script = tmp_path / "killed.py"
     script.write_text(KILLED_DURING_A_CALL)
     env = {**os.environ, **demo.env(), "SERVER": str(demo.script), "DB": str(tmp_path / "r.db")}
@@ -525,6 +540,7 @@ def test_a_run_killed_during_an_mcp_call_never_repeats_a_finished_one(
         time.sleep(0.01)  # a short, bounded poll of another process's file
     first.kill()
     assert first.wait(timeout=60) == -signal.SIGKILL
+    demo.release.touch()
     resumed = {**env, "RESUMED": "1"}
     done = fork_server.run("script", script, env=resumed, cwd=tmp_path, timeout=90)
     assert done.stdout.split() == ["completed", "done"], done.stderr

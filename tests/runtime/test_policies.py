@@ -320,12 +320,15 @@ async def test_a_tool_with_retries_is_retried_durably(store: Store) -> None:
     ]
 
 
-async def test_a_tools_last_failure_is_what_the_model_reads(store: Store) -> None:
+async def test_a_tools_last_failure_is_what_the_model_reads(
+    clocked: tuple[FakeClock, Store],
+) -> None:
+    clock, store = clocked
     LOOKUPS.clear()
-    tool = agency.tool(_lookup(9), name="lookup", retries=1)
+    tool = agency.tool(_lookup(9), name="lookup", retries=1)  # the default backoff, on the clock
     replies = [[FakeToolCall("lookup", {"city": "Oslo"})], "The service is down."]
     with FakeModel("retrying", replies=replies) as fake:
-        result = await agency.run(_asks_with(tool), run_id="down", store=store)
+        result = await _run_advancing(clock, store, _asks_with(tool), "down")
     assert result.value == "The service is down."
     assert LOOKUPS == ["Oslo"] * 2
     [told] = [m["content"] for m in fake.calls[-1].messages if m.get("role") == "tool"]

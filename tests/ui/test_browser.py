@@ -40,6 +40,22 @@ async def purchase(item: str) -> dict[str, Any]:
     return await agency.with_resumable_scope("purchase", body)
 
 
+def _text_of(driver: Any, element_id: str) -> str | None:
+    """The text of the element ``element_id``; ``None`` when the page's script replaced it
+    between finding and reading it, which chromedriver reports as a stale element or, as
+    here, as a node that "does not belong to the document" (a wait then looks again)."""
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
+
+    try:
+        text: str = driver.find_element(By.ID, element_id).text
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc.msg):
+            return None
+        raise
+    return text
+
+
 @pytest.fixture
 def browser_ready() -> None:
     problem = missing_browser()
@@ -82,7 +98,7 @@ def test_approve_a_paused_run_in_the_browser(tmp_path: Path, javascript: bool) -
             assert "Buy tea for $12?" in driver.find_element(By.ID, "interrupts").text
             driver.find_element(By.NAME, "value").send_keys("office budget")
             driver.find_element(By.ID, "approve-1").click()
-            wait.until(lambda d: d.find_element(By.ID, "run-status").text == "completed")
+            wait.until(lambda d: _text_of(d, "run-status") == "completed")
             flash = driver.find_element(By.CSS_SELECTOR, ".flash").text
             assert flash == "Approved; the run continued in this process and completed."
             assert "office budget" in driver.find_element(By.CSS_SELECTOR, ".outcome").text
