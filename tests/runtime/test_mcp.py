@@ -99,12 +99,6 @@ SERVER = textwrap.dedent(
 )
 
 
-@pytest.fixture(autouse=True)
-def _closed_sessions() -> Iterator[None]:
-    yield
-    _mcp._HUB.close()  # each test starts its servers afresh
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     return SqliteStore(tmp_path / "runs.db")
@@ -137,9 +131,27 @@ class Demo:
         return self.counter.read_text().splitlines() if self.counter.exists() else []
 
 
+@pytest.fixture(scope="module")
+def _demo_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("mcp-demo")
+    _mcp._HUB.close()
+
+
 @pytest.fixture
-def demo(tmp_path: Path) -> Demo:
-    return Demo(tmp_path)
+def demo(_demo_root: Path) -> Demo:
+    """The module's demo server, its stdio session shared by the module's tests as servers of
+    one configuration share one in a process (starting the server costs ~0.8 s of CPU).
+
+    Each test starts with an empty counter, version 1 and the script as written; when the
+    test before changed the script or the version, its server is closed, so it starts again
+    and sees them. A test about starting or sessions closes the hub itself first."""
+    script, version = _demo_root / "demo_server.py", _demo_root / "version.txt"
+    if script.exists() and (script.read_text() != SERVER or version.read_text() != "1"):
+        _mcp._HUB.close()
+    demo = Demo(_demo_root)
+    demo.counter.unlink(missing_ok=True)
+    demo.release.unlink(missing_ok=True)
+    return demo
 
 
 def _offered(request: FakeRequest) -> list[str]:
@@ -187,6 +199,7 @@ async def test_a_stdio_servers_tools_are_offered_called_and_journaled(
 async def test_a_servers_stderr_goes_to_logging(
     demo: Demo, store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
+    _mcp._HUB.close()  # a session's stderr is logged under the name of the server it opened
     server = demo.stdio(name="demo")
 
     @agency.entry
@@ -233,6 +246,7 @@ async def test_errors_and_timeouts_go_back_to_the_model(demo: Demo, store: Store
 
 async def test_a_short_call_timeout_does_not_bound_a_slow_start(demo: Demo) -> None:
     # Starting takes ≥ 1 s (more on a busy machine); each call may take 0.5 s.
+    _mcp._HUB.close()  # the server starts in this test
     server = demo.stdio(name="demo", timeout=0.5, start_delay=1.0)
     assert "add" in [t["name"] for t in await server.list_tools()]
     assert await server.call("add", {"a": 2, "b": 2}) == "4"
@@ -242,6 +256,7 @@ async def test_a_server_that_never_starts_times_out_as_not_started(
     demo: Demo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(_mcp, "OPEN_TIMEOUT", 0.5)
+    _mcp._HUB.close()  # the server starts in this test
     server = demo.stdio(name="demo", timeout=0.2, start_delay=60.0)
     with pytest.raises(McpError, match=r"the server 'demo' did not start within 0\.5 s"):
         await server.list_tools()
@@ -444,6 +459,8 @@ async def test_a_streamable_http_server_works_the_same(
 
 
 async def test_sessions_are_shared_per_configuration(demo: Demo, store: Store) -> None:
+    _mcp._HUB.close()
+
     @agency.entry
     async def adds() -> str:
         # a fresh McpServer each call, one configuration: one session
