@@ -143,9 +143,23 @@ def restart(cluster: Cluster) -> None:
 
 
 def stop(directory: str | Path) -> None:
-    """Stop the cluster in ``directory`` (fast shutdown) and remove the directory."""
+    """Stop the cluster in ``directory`` (fast shutdown) and remove the directory.
+
+    Only a directory :func:`start` made (it holds ``data/PG_VERSION``) is removed: an empty
+    argument is ``Path(".")``, the working directory, and ``stop "$UNSET_VARIABLE"`` once
+    removed a whole checkout that way. A directory already gone is left alone.
+    """
+    if not str(directory).strip():
+        raise ClusterError("stop needs the cluster's directory; got an empty one: nothing removed")
     directory = Path(directory)
     data = directory / "data"
+    if not directory.exists():
+        return
+    if not (data / "PG_VERSION").is_file():
+        raise ClusterError(
+            f"{str(directory)!r} is not a cluster that tests.pg_cluster started (it has no "
+            "data/PG_VERSION): nothing removed"
+        )
     if (data / "postmaster.pid").exists():
         subprocess.run(
             _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w",
@@ -183,7 +197,11 @@ def main(argv: list[str]) -> int:
         print(f"export AGENCY_TEST_POSTGRES_DIR={cluster.directory}")
         return 0
     if argv[:1] == ["stop"] and len(argv) == 2:
-        stop(argv[1])
+        try:
+            stop(argv[1])
+        except ClusterError as exc:
+            print(f"tests.pg_cluster: {exc}", file=sys.stderr)
+            return 1
         return 0
     print("usage: python3 -m tests.pg_cluster start | stop DIR", file=sys.stderr)
     return 2
