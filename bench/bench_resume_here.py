@@ -26,9 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PAUSE_AFTER = 1000
-WARM_UP_STEPS = 50
-RESULT_BYTES = 100
+from peers import PAUSE_AFTER, WARM_UP_STEPS, agency_flows
 
 CHILD = """
 import json, sys
@@ -38,34 +36,14 @@ print(json.dumps(child(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
 """
 
 
-def result_text(i: int) -> str:
-    """The ~100 B result of step ``i`` (as ``bench/peers.py``)."""
-    return f"step {i:06d} " + "r" * (RESULT_BYTES - 12)
-
-
 def child(db: str, warm: int, profile: str) -> dict[str, Any]:
     """One process: the first answer, then ``warm`` more (seconds each)."""
     import anyio
 
     from agency_runtime import SqliteStore, agency, approve
 
-    async def many_steps(n: int) -> int:
-        async def body(s: Any) -> int:
-            done = 0
-            for i in range(n):
-                done += len(await s.step(lambda i=i: result_text(i), name="work")) > 0
-            return done
-
-        return await agency.with_resumable_scope("steps", body)
-
-    async def steps_then_interrupt(n: int) -> bool:
-        async def body(s: Any) -> bool:
-            for i in range(n):
-                await s.step(lambda i=i: result_text(i), name="work")
-            answer = await agency.interrupt("continue", "go on?")
-            return bool(answer.approved)
-
-        return await agency.with_resumable_scope("steps", body)
+    flows = agency_flows()  # workload 2's flows, as bench/peers.py runs them
+    many_steps, steps_then_interrupt = flows["many_steps"], flows["steps_then_interrupt"]
 
     async def answer(store: Any, run_id: str) -> float:
         paused = await agency.run(steps_then_interrupt, PAUSE_AFTER, run_id=run_id, store=store)
