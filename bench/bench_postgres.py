@@ -110,16 +110,22 @@ async def many_steps(n):
     return await agency.with_resumable_scope("steps", body)
 
 
+def executed(i, ledger):
+    """Count an execution of run ``i``'s step: in EXECUTED, and with ``ledger`` (worker
+    processes) as one O_APPEND line."""
+    if ledger is not None:
+        fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{i} {os.getpid()}\\n".encode())
+        finally:
+            os.close(fd)
+    EXECUTED[i] += 1
+
+
 @agency.entry
 async def one_step(i, ledger=None):
     def inc():
-        if ledger is not None:  # one O_APPEND write per execution, for worker processes
-            fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, f"{i} {os.getpid()}\\n".encode())
-            finally:
-                os.close(fd)
-        EXECUTED[i] += 1
+        executed(i, ledger)
         return i + 1
 
     async def body(s):
@@ -131,13 +137,7 @@ async def one_step(i, ledger=None):
 @agency.entry
 async def five_steps(i, ledger=None):
     def inc(k):
-        if ledger is not None:  # one O_APPEND write per execution, for worker processes
-            fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, f"{i} {os.getpid()}\\n".encode())
-            finally:
-                os.close(fd)
-        EXECUTED[i] += 1
+        executed(i, ledger)
         return k + 1
 
     async def body(s):
