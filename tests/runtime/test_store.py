@@ -24,7 +24,7 @@ from agency_runtime import (
 )
 from agency_runtime._core._money import pico_to_usd
 from agency_runtime._store import SCHEMA_VERSION, resolve_store
-from agency_runtime._types import JournalEntry
+from agency_runtime._types import JournalEntry, RunStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -426,30 +426,11 @@ async def test_errors_and_interrupts_round_trip(store: Store) -> None:
     assert stored.error == paused.error
 
 
-async def test_a_large_wal_is_truncated_when_a_run_finishes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from agency_runtime._store import _sqlite
-
-    monkeypatch.setattr(_sqlite, "WAL_TRIM_BYTES", 1024)
-    store = SqliteStore(tmp_path / "w.db")
-    try:
-        claim = await store.claim_run(
-            record("big", arguments='"' + "x" * 20000 + '"'), owner="o", lease_seconds=30
-        )
-        wal = tmp_path / "w.db-wal"
-        assert wal.stat().st_size > 1024
-        await store.finish_run(claim.record.model_copy(update={"status": "completed"}), owner="o")
-        assert wal.stat().st_size == 0
-    finally:
-        store.close()
-
-
-async def test_a_pause_leaves_the_wal_for_the_answer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A paused run's answer usually follows: truncating the WAL at the pause would make the
-    # answer's first commit sync a new WAL header. It stays, within its cap.
+async def _wal_around_an_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, status: RunStatus
+) -> tuple[int, int]:
+    """The WAL's size before and after a run holding 20 kB ends with ``status``, with any
+    WAL over 1 KiB to be folded back at a run's end."""
     from agency_runtime._store import _sqlite
 
     monkeypatch.setattr(_sqlite, "WAL_TRIM_BYTES", 1024)
@@ -460,11 +441,28 @@ async def test_a_pause_leaves_the_wal_for_the_answer(
         )
         wal = tmp_path / "w.db-wal"
         before = wal.stat().st_size
-        assert before > 1024
-        await store.finish_run(claim.record.model_copy(update={"status": "paused"}), owner="o")
-        assert wal.stat().st_size >= before
+        await store.finish_run(claim.record.model_copy(update={"status": status}), owner="o")
+        return before, wal.stat().st_size
     finally:
         store.close()
+
+
+async def test_a_large_wal_is_truncated_when_a_run_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before, after = await _wal_around_an_end(tmp_path, monkeypatch, "completed")
+    assert before > 1024
+    assert after == 0
+
+
+async def test_a_pause_leaves_the_wal_for_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A paused run's answer usually follows: truncating the WAL at the pause would make the
+    # answer's first commit sync a new WAL header. It stays, within its cap.
+    before, after = await _wal_around_an_end(tmp_path, monkeypatch, "paused")
+    assert before > 1024
+    assert after >= before
 
 
 async def test_a_new_file_has_small_pages_and_a_capped_wal(tmp_path: Path) -> None:
