@@ -38,7 +38,7 @@ from .._errors import JournalCorruptError, NondeterminismError
 from .._types import JournalEntry, note_failing_step
 from ._failures import decode_failure, encode_failure
 from ._journal import RunJournal, journal_of
-from ._replay import expand, replay_changes
+from ._replay import expand, last_push, pushed_text, replay_changes
 
 __all__ = [
     "journaled",
@@ -260,21 +260,12 @@ def _same_as(value: Any, changes: list[Change], journal: RunJournal) -> int | No
     (a step returning the answer of the ``agency.llm`` call it made), or ``None``."""
     if not any(change[0] == UNIT or change[0] == "push" for change in changes):
         return None
-    expanded = expand(changes, journal.entries)
-    for index in range(len(expanded) - 1, -1, -1):
-        change = expanded[index]
-        if change[0] == "push" and change[2].get("content") == value:
-            return index
-    return None
+    return last_push(expand(changes, journal.entries), value) if isinstance(value, str) else None
 
 
 def _same_text(changes: list[Change], journal: RunJournal) -> str:
     """A ``["same", index]`` result undone: the JSON text of the message it points at."""
-    change = expand(changes, journal.entries)[int(changes[-1][1])]
-    content = change[2]["content"] if change[0] == "push" else None
-    if not isinstance(content, str):
-        raise ValueError("the result's reference points at no message text")
-    return to_json(content).decode()
+    return to_json(pushed_text(expand(changes, journal.entries), int(changes[-1][1]))).decode()
 
 
 async def journaled(

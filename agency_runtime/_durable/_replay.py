@@ -24,7 +24,7 @@ from .._core._frame import Frame
 from .._core._threads import THREAD_CHANGE_KINDS
 from .._types import JournalEntry
 
-__all__ = ["expand", "register_change", "replay_changes"]
+__all__ = ["expand", "last_push", "pushed_text", "register_change", "replay_changes"]
 
 _APPLIERS: dict[str, Callable[[Frame, Change], None]] = {}
 
@@ -50,16 +50,12 @@ def replay_changes(
     hold. An unknown kind, or a marker naming an entry ``units`` lacks, raises
     ``ValueError`` (the journal is then reported damaged).
     """
-    _apply(frame, changes, units, report=report)
-
-
-def _apply(frame: Frame, changes: list[Change], units: Units, *, report: bool) -> None:
     for change in changes:
         kind = change[0]
         if kind in THREAD_CHANGE_KINDS:
             frame.threads.apply_change(change)
         elif kind == UNIT:
-            _apply(frame, _unit_changes(change, units), units, report=False)
+            replay_changes(frame, _unit_changes(change, units), units, report=False)
         elif kind == SAME:
             continue  # about this unit's own result: nothing to apply or pass on
         else:
@@ -92,3 +88,35 @@ def expand(changes: list[Change], units: Units) -> list[Change]:
         elif kind != SAME:
             out.append(change)
     return out
+
+
+def last_push(changes: list[Change], text: str, *, role: str | None = None) -> int | None:
+    """The index in ``changes`` of the last message pushed with ``text`` as its content (and
+    ``role``, when given), or ``None``: where a unit's result can point instead of repeating
+    the text."""
+    for index in range(len(changes) - 1, -1, -1):
+        change = changes[index]
+        if change[0] != "push":
+            continue
+        message = change[2]
+        if message.get("content") == text and (role is None or message.get("role") == role):
+            return index
+    return None
+
+
+def pushed_text(changes: list[Change], index: int, *, role: str | None = None) -> str:
+    """The text of the message pushed at ``changes[index]`` (:func:`last_push` undone).
+
+    Raises ``IndexError`` for an index past the changes and ``ValueError`` when the change
+    there is not a push (of ``role``) or its message holds no text (the journal is then
+    reported damaged).
+    """
+    change = changes[index]
+    message = change[2] if change[0] == "push" else None
+    if message is None or (role is not None and message.get("role") != role):
+        wanted = "a reply" if role == "assistant" else "a message"
+        raise ValueError(f"the reference points at {change[0]!r}, not {wanted}")
+    content = message.get("content")
+    if not isinstance(content, str):
+        raise ValueError("the reference points at a message without text")
+    return content

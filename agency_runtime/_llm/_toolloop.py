@@ -24,6 +24,7 @@ from .._core._money import pico_to_usd
 from .._core._threads import Message, MessageThread
 from .._durable._effect import journaled, will_replay
 from .._durable._journal import journal_of
+from .._durable._replay import last_push, pushed_text
 from .._errors import (
     AgencyError,
     StepFailedError,
@@ -362,14 +363,10 @@ def _refer_to_reply(data: dict[str, Any], changes: list[Change]) -> dict[str, An
     text = data.get("text")
     if not isinstance(text, str) or len(text) < _REFER_MIN:
         return data
-    for index in range(len(changes) - 1, -1, -1):
-        change = changes[index]
-        if change[0] != "push":
-            continue
-        message = change[2]
-        if message.get("role") == "assistant" and message.get("content") == text:
-            return {**{k: v for k, v in data.items() if k != "text"}, "text_at": index}
-    return data
+    index = last_push(changes, text, role="assistant")
+    if index is None:
+        return data
+    return {**{k: v for k, v in data.items() if k != "text"}, "text_at": index}
 
 
 def _resolve_reply(data: dict[str, Any], changes: list[Change]) -> dict[str, Any]:
@@ -380,11 +377,4 @@ def _resolve_reply(data: dict[str, Any], changes: list[Change]) -> dict[str, Any
     """
     if "text_at" not in data:
         return data
-    change = changes[int(data["text_at"])]
-    message = change[2]
-    if change[0] != "push" or message["role"] != "assistant":
-        raise ValueError(f"the answer's reference points at {change[0]!r}, not a reply")
-    content = message["content"]
-    if not isinstance(content, str):
-        raise ValueError("the answer's reference points at a message without text")
-    return {**data, "text": content}
+    return {**data, "text": pushed_text(changes, int(data["text_at"]), role="assistant")}
