@@ -319,8 +319,6 @@ def decode_arguments(
         annotation = parameters.hints.get(name)
         if annotation is None:
             continue
-        if type(value) is annotation and annotation in _EXACT:
-            continue  # what validating it would give back (see ExactAdapter)
         adapter = parameters.adapter(name, annotation)
         kind = signature.parameters[name].kind
         if kind is inspect.Parameter.VAR_POSITIONAL:
