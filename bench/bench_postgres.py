@@ -23,7 +23,11 @@ every ratio) and stopped at the end. Every measure uses PostgreSQL schemas of it
     worker processes (``python3 -m agency_runtime worker``, concurrency 8 each); and 1000
     runs of five journaled steps each drained by 4 worker processes (x 8: the goal's
     measure, >= 1000 runs/s). Runs/s from the first claim (the earliest ``started_at``) to
-    the last completion (the latest ``finished_at``), both the server's clock. Checked:
+    the last completion (the latest ``finished_at``), both the server's clock. Beside the
+    goal's measure, its ceiling on this machine: the same 4 processes x 8 connections
+    sending, with raw psycopg (async, autocommit, no runtime), the fewest round trips a run
+    of five durable steps can take (a claim, five step commits and the outcome: 7 INSERTs of
+    ~100 B rows); no design of the runtime can drain faster than that. Checked:
     every run completed, with the right value, one attempt, its journaled steps, and each
     step executed exactly once (a counter in this process; a ledger file, one O_APPEND line
     per execution, for the processes).
@@ -470,6 +474,79 @@ def drain_processes(schemas: Schemas, flows: Any, tmp: Path, steps: int = 1) -> 
     return {"rate": rate, "enqueue": enqueue_s, "problems": problems, "pids": len(pids)}
 
 
+CEILING = """
+import asyncio, os, sys, time
+import psycopg
+
+DSN, TABLE, WHO, RUNS, CONNS, TRIPS = sys.argv[1:7]
+
+
+async def main() -> None:
+    conns = [await psycopg.AsyncConnection.connect(DSN, autocommit=True) for _ in range(int(CONNS))]
+    print("ready", flush=True)
+    sys.stdin.readline()
+    query = f"INSERT INTO {TABLE} VALUES (%s, %s, %s)"
+
+    async def runs(conn, lane) -> None:
+        for r in range(lane, int(RUNS), int(CONNS)):
+            for trip in range(int(TRIPS)):
+                await conn.execute(query, (f"{WHO}-{r}", trip, "x" * 100))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(runs(conn, lane) for lane, conn in enumerate(conns)))
+    print(time.perf_counter() - started, flush=True)
+
+
+asyncio.run(main())
+"""
+
+
+def raw_ceiling(schemas: Schemas, trips: int = FIVE + 2) -> float:
+    """Runs/s of :data:`CEILING`: ``WORKERS`` processes x ``WORKER_CONCURRENCY`` connections
+    sending ``trips`` raw INSERTs per run for ``QUEUED`` runs, started together."""
+    table = f'"{schemas.new("ceiling")}".trips'
+    with psycopg.connect(schemas.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {table.split('.')[0]}")
+        conn.execute(
+            f"CREATE TABLE {table} (run_id TEXT NOT NULL, trip INT NOT NULL, body TEXT NOT "
+            "NULL, PRIMARY KEY (run_id, trip))"
+        )
+    share = QUEUED // WORKERS
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                CEILING,
+                schemas.dsn,
+                table,
+                f"p{k}",
+                str(share),
+                str(WORKER_CONCURRENCY),
+                str(trips),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(WORKERS)
+    ]
+    try:
+        for p in procs:
+            said = p.stdout.readline().strip() if p.stdout is not None else ""
+            expect(said == "ready", f"a ceiling client said {said!r}, not ready")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        took = [float(p.communicate(timeout=120)[0]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return share * WORKERS / max(took)
+
+
 # -- (3) queued -> started latency ---------------------------------------------------------
 
 
@@ -561,7 +638,7 @@ def main() -> int:
         flows = __import__(FLOWS_MODULE)
         schemas = Schemas(dsn)
         try:
-            steps = on_trio = inproc = cli = cli5 = lat = None
+            steps = on_trio = inproc = cli = cli5 = ceiling = lat = None
             if "steps" in wanted:
                 steps = anyio.run(step_overhead, schemas, flows)
                 on_trio = anyio.run(trio_steps, schemas, flows, backend="trio")
@@ -570,6 +647,7 @@ def main() -> int:
                 if not ns.no_cli:
                     cli = drain_processes(schemas, flows, tmp)
                     cli5 = drain_processes(schemas, flows, tmp, FIVE)
+                    ceiling = raw_ceiling(schemas)
             if "latency" in wanted:
                 lat = anyio.run(latency_table, schemas, flows, tmp)
         finally:
@@ -634,6 +712,16 @@ def main() -> int:
                 f"{cli5['rate']:.0f} runs/s ({cli5['pids']} processes ran runs)",
                 ">= 1000 runs/s, every step once",
                 not cli5["problems"] and cli5["rate"] >= 1000,
+            )
+        )
+    if cli5 is not None and ceiling is not None:
+        rows.append(
+            row(
+                f"    its ceiling: raw psycopg, the same processes x connections, "
+                f"{FIVE + 2} INSERTs per run",
+                f"{ceiling:.0f} runs/s (ours: {cli5['rate'] / ceiling:.0%} of it)",
+                "-",
+                None,
             )
         )
     labels = {
