@@ -41,7 +41,9 @@ SERVER_IMPORTS = (
 """What the test servers import, imported once by the fork server that starts them."""
 
 pytest.importorskip("mcp")
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # the tests start real MCP servers
+# The tests start real MCP servers (slow). One xdist worker runs them all: spread over three,
+# each worker started its own fork server and its own sessions (-n 3: ~17 s of CPU, not ~13.5).
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.xdist_group("mcp")]
 
 SERVER = textwrap.dedent(
     '''
