@@ -3,22 +3,34 @@
 Tests of crashes, of resuming in "another process" and of the CLI start dozens of short
 Python processes, and each spends most of its life starting up and importing the runtime.
 :class:`ForkServer` is one helper process (per pytest process, started on first use) that
-imports the runtime's dependencies and ``agency_runtime`` once, then forks a child per
-request. The child is a real, separate process — its own pid, environment, working directory,
-``sys.argv``, ``sys.path`` and ``__main__``, its stdin from ``/dev/null`` and its output in files
-— set up the way ``python script.py``, ``python -c CODE`` and ``python -m MODULE`` set
-themselves up (``sys.path[0]``, then ``PYTHONPATH``), and it exits through the interpreter's
-normal shutdown with the program's exit status. It can be killed like any process.
+imports the modules it is given once (by default the runtime's dependencies and
+``agency_runtime``), then forks a child per request. The child is a real, separate process —
+its own pid, environment, working directory, ``sys.argv``, ``sys.path`` and ``__main__`` — set
+up the way ``python script.py``, ``python -c CODE`` and ``python -m MODULE`` set themselves up
+(``sys.path[0]``, then ``PYTHONPATH``), and it exits through the interpreter's normal shutdown
+with the program's exit status. It can be killed like any process.
+
+A child is asked for in one of two ways:
+
+* by the test itself — :meth:`ForkServer.run` answers like :func:`subprocess.run`
+  (``capture_output=True, text=True``), :meth:`ForkServer.start` gives a :class:`ForkedProcess`
+  with the parts of :class:`subprocess.Popen` the tests use. The child's stdin is
+  ``/dev/null`` and its output goes to files.
+* by a program that starts a process itself (the MCP client of ``agency.mcp.stdio``, which
+  talks to its server over the server's stdin and stdout): :meth:`ForkServer.command` is a
+  command line for it. The command is a small stdlib-only launcher (``tests/forked_shim.py``,
+  on an isolated interpreter without ``site``) that hands its own stdin, stdout and stderr,
+  its ``argv``, environment and working directory over a UNIX socket to the server
+  (``SCM_RIGHTS``); the child runs on those very descriptors, and the launcher waits and exits
+  as the child did (killed by a signal: by the same signal). SIGTERM, SIGINT and SIGHUP sent to
+  the launcher reach the child; a launcher that dies otherwise (SIGKILL, say a killed process
+  group) takes its child along (the server SIGKILLs it), and so does the server's own end.
 
 What a fork does not redo is the interpreter's start: modules the server imported are already
 imported (the program's own imports still run), and start-up-only environment variables
 (``PYTHONHASHSEED``, ``PYTHONWARNINGS`` and the like) are the server's. Tests that are about
 interpreter start-up — import side effects, the console script, ``python -m agency_runtime``
 itself, the examples as a user runs them — use real interpreters.
-
-:meth:`ForkServer.run` answers like :func:`subprocess.run` (``capture_output=True,
-text=True``); :meth:`ForkServer.start` gives a :class:`ForkedProcess` with the parts of
-:class:`subprocess.Popen` the tests use.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,16 +48,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SERVER = r"""
-import atexit, builtins, json, os, runpy, selectors, signal, sys, threading, types
+SHIM = Path(__file__).resolve().with_name("forked_shim.py")
+"""The launcher :meth:`ForkServer.command` runs (stdlib only)."""
 
-# The imports every program of these tests pays for, paid once here.
-import anyio, httpx, pydantic, sqlite3  # noqa: F401
-import agency_runtime  # noqa: F401
+RUNTIME_IMPORTS = ("anyio", "httpx", "pydantic", "sqlite3", "agency_runtime")
+"""The imports every program of the crash, process and CLI tests pays for."""
+
+SERVER = r"""
+import atexit, builtins, ctypes, importlib, json, os, runpy, selectors, signal, socket, sys
+import threading, types
+
+# argv: the listening UNIX socket's descriptor, then the modules to import once, here.
+listener = socket.socket(fileno=int(sys.argv[1]))
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+# fork() copies only the calling thread: the imports must not have started any.
+assert threading.active_count() == 1, threading.enumerate()
 
 requests_in, replies = sys.stdin, sys.stdout
 SERVER_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 BASE_PATH = sys.path[1 + len(SERVER_PYTHONPATH):]  # what site and the stdlib put on sys.path
+PR_SET_PDEATHSIG = 1
 
 
 def reply(message):
@@ -52,18 +76,24 @@ def reply(message):
     replies.flush()
 
 
-def become(request):
-    '''In the child: set the process up as `python <how> <target> <args>` would be, then run.'''
+def files(request):
+    '''A request of the test's own: stdin from /dev/null, stdout and stderr to its files.'''
+    return [
+        os.open(os.devnull, os.O_RDONLY),
+        os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+        os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644),
+    ]
+
+
+def become(request, stdio):
+    '''In the child: set the process up as `python <how> <target> <args>` would be, on the
+    descriptors `stdio` as its stdin, stdout and stderr, then run.'''
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    for path, fd, flags in (
-        (os.devnull, 0, os.O_RDONLY),
-        (request["stdout"], 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-        (request["stderr"], 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-    ):
-        opened = os.open(path, flags, 0o644)
+    for fd, opened in enumerate(stdio):
         os.dup2(opened, fd)
+    for opened in set(stdio) - {0, 1, 2}:
         os.close(opened)
     sys.stdin = open(0, encoding="utf-8", closefd=False)
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
@@ -98,10 +128,10 @@ def become(request):
     exec(compile(source, filename, "exec"), main.__dict__)
 
 
-def run(request):
+def run(request, stdio):
     '''Run the program; its exit status, as the interpreter would compute it.'''
     try:
-        become(request)
+        become(request, stdio)
     except SystemExit as exit:
         if exit.code is None or isinstance(exit.code, int):
             return exit.code or 0
@@ -132,47 +162,127 @@ def finish(code):
     os._exit(code)
 
 
+def read_request(conn):
+    '''A launcher's request: one JSON line, its stdin, stdout and stderr attached.'''
+    conn.settimeout(30)  # it sends at once, having connected
+    data, stdio, _, _ = socket.recv_fds(conn, 65536, 3)
+    while not data.endswith(b"\n"):
+        more = conn.recv(65536)
+        if not more:
+            raise EOFError("the launcher went away before it asked")
+        data += more
+    conn.settimeout(None)
+    if len(stdio) != 3:
+        for fd in stdio:
+            os.close(fd)
+        raise ValueError(f"the launcher sent {len(stdio)} descriptors, not 3")
+    return json.loads(data), stdio
+
+
 selector = selectors.DefaultSelector()
-selector.register(requests_in, selectors.EVENT_READ)
-pidfds = set()
+selector.register(requests_in, selectors.EVENT_READ, "test")
+selector.register(listener, selectors.EVENT_READ, "listener")
+pidfds = {}  # a child's pidfd: its pid, and the launcher's connection when it has one
+launchers = {}  # a launcher's connection: the pid of its child, until the child is reaped
+
+
+def fork(request, stdio, conn=None):
+    '''A child running `request` on `stdio`; with a launcher, dying with this server.'''
+    pid = os.fork()
+    if pid == 0:
+        selector.close()
+        for fd in pidfds:
+            os.close(fd)
+        for held in (listener, *launchers):
+            held.close()
+        if conn is not None:
+            conn.close()
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != server_pid:  # the server ended before prctl
+                os._exit(1)
+        finish(run(request, files(request) if stdio is None else stdio))
+    pidfd = os.pidfd_open(pid)
+    pidfds[pidfd] = (pid, conn)
+    selector.register(pidfd, selectors.EVENT_READ, "child")
+    return pid
+
+
+server_pid = os.getpid()
 while True:
     for key, _ in selector.select():
-        if key.fileobj is requests_in:
+        if key.data == "test":
             line = requests_in.readline()
             if not line:
-                raise SystemExit(0)
+                raise SystemExit(0)  # the test's process has gone: children of launchers die
             request = json.loads(line)
-            pid = os.fork()
-            if pid == 0:
-                selector.close()
-                for fd in pidfds:
+            reply({"id": request["id"], "pid": fork(request, None)})
+        elif key.data == "listener":
+            conn, _ = listener.accept()
+            try:
+                request, stdio = read_request(conn)
+            except (OSError, EOFError, ValueError) as why:
+                print(f"fork server: a launcher's request failed: {why}", file=sys.stderr)
+                conn.close()
+                continue
+            try:
+                launchers[conn] = fork(request, stdio, conn)
+            finally:
+                for fd in stdio:  # the child has them; held here, a pipe would never end
                     os.close(fd)
-                finish(run(request))
-            pidfd = os.pidfd_open(pid)
-            pidfds.add(pidfd)
-            selector.register(pidfd, selectors.EVENT_READ, pid)
-            reply({"id": request["id"], "pid": pid})
+            selector.register(conn, selectors.EVENT_READ, "launcher")
+        elif key.data == "launcher":
+            conn, pid = key.fileobj, launchers[key.fileobj]
+            try:
+                signals = conn.recv(4096)
+            except OSError:
+                signals = b""
+            # A signal number on each line for the child; nothing: the launcher is gone.
+            for number in signals.split() if signals else [signal.SIGKILL]:
+                os.kill(pid, int(number))  # not yet reaped: it is this process's child
+            if not signals:
+                selector.unregister(conn)
+                del launchers[conn]
+                conn.close()
         else:
-            selector.unregister(key.fileobj)
-            pidfds.discard(key.fileobj)
-            os.close(key.fileobj)
-            _, status = os.waitpid(key.data, 0)
-            reply({"pid": key.data, "returncode": os.waitstatus_to_exitcode(status)})
+            pidfd = key.fileobj
+            selector.unregister(pidfd)
+            pid, conn = pidfds.pop(pidfd)
+            os.close(pidfd)
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            if conn is None:
+                reply({"pid": pid, "returncode": code})
+            elif conn in launchers:
+                selector.unregister(conn)
+                del launchers[conn]
+                try:
+                    conn.sendall(f"{code}\n".encode())
+                except OSError:
+                    pass
+                conn.close()
 """
 
 
 class ForkServer:
-    """One helper process that forks new Python processes on request."""
+    """One helper process that forks new Python processes on request, having imported
+    ``preload`` (module names) once."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] = RUNTIME_IMPORTS) -> None:
         self._outputs = Path(tempfile.mkdtemp(prefix="forked-"))
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", SERVER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-        )
+        # Bound here, before the server starts: a launcher may connect at once (the
+        # connection waits in the backlog while the server is still importing).
+        self._socket = self._outputs / "launch"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+            listener.bind(str(self._socket))
+            listener.listen(64)
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", SERVER, str(listener.fileno()), *preload],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                pass_fds=[listener.fileno()],
+            )
         # Replies are read with os.read (see _next), never through the text wrapper.
         self._requests = 0
         self._pending = b""
@@ -222,6 +332,16 @@ class ForkServer:
         child = ForkedProcess(self, int(reply["pid"]), stdout, stderr)
         self._children.append(child)
         return child
+
+    def command(self, how: str, target: str | os.PathLike[str], *args: str) -> list[str]:
+        """A command line that starts ``python <target> <args>`` (``how`` as for
+        :meth:`start`) as a child of this server, for a program that starts the process
+        itself: the child has the launcher's stdin, stdout, stderr, environment and working
+        directory, and the launcher ends as the child does (see the module's documentation).
+        """
+        assert how in ("script", "code", "module"), how
+        launcher = [sys.executable, "-I", "-S", str(SHIM), str(self._socket)]
+        return [*launcher, how, str(target), *(str(a) for a in args)]
 
     def run(
         self,

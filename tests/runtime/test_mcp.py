@@ -1,6 +1,11 @@
 """``agency.mcp``: MCP servers as durable toolsets of ``agency.llm`` — against real servers
 written with the ``mcp`` SDK (a stdio subprocess, a streamable-HTTP server on loopback), the
-fake model scripting the calls (``FakeToolCall``)."""
+fake model scripting the calls (``FakeToolCall``).
+
+The servers' processes are forks of one that imported the SDK once (``tests/forked.py``):
+the runtime starts a launcher that hands its stdin, stdout and stderr to a forked child, which
+runs the server script as ``python script`` would, instead of an interpreter that spends
+~0.9 s of CPU importing the SDK. The first test starts its server the plain way."""
 
 from __future__ import annotations
 
@@ -26,8 +31,19 @@ from agency_runtime._llm import _mcp
 from agency_runtime.testing import FakeModel, FakeRequest, FakeToolCall
 from tests.forked import ForkServer
 
+SERVER_IMPORTS = (
+    "anyio",
+    "anyio._backends._asyncio",
+    "mcp.server.mcpserver",
+    "mcp.server.stdio",
+    "uvicorn",  # the streamable-HTTP server's
+)
+"""What the test servers import, imported once by the fork server that starts them."""
+
 pytest.importorskip("mcp")
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # the tests start real MCP servers
+# The tests start real MCP servers (slow). One xdist worker runs them all: spread over three,
+# each worker started its own fork server and its own sessions (-n 3: ~17 s of CPU, not ~13.5).
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.xdist_group("mcp")]
 
 SERVER = textwrap.dedent(
     '''
@@ -106,9 +122,10 @@ def store(tmp_path: Path) -> Store:
 
 class Demo:
     """The test server's script, its execution counter, its version file and the file that
-    ends its ``slow`` calls early once it exists."""
+    ends its ``slow`` calls early once it exists; ``servers`` forks its processes."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, servers: ForkServer) -> None:
+        self.servers = servers
         self.script = root / "demo_server.py"
         self.script.write_text(SERVER)
         self.counter = root / "counter.txt"
@@ -123,24 +140,40 @@ class Demo:
             "MCP_RELEASE": str(self.release),
         }
 
-    def stdio(self, *, start_delay: float = 0.0, **options: Any) -> McpServer:
+    def command(self, *args: str) -> list[str]:
+        """The command line that starts the server (``args`` after the script) as a fork."""
+        return self.servers.command("script", self.script, *args)
+
+    def stdio(self, *, start_delay: float = 0.0, forked: bool = True, **options: Any) -> McpServer:
+        """The server as a stdio toolset; ``forked=False``: started as ``python script``."""
         env = {**self.env(), "MCP_START_DELAY": str(start_delay)} if start_delay else self.env()
-        return agency.mcp.stdio(sys.executable, [str(self.script)], env=env, **options)
+        command, *args = self.command() if forked else [sys.executable, str(self.script)]
+        return agency.mcp.stdio(command, args, env=env, **options)
 
     def ran(self) -> list[str]:
         return self.counter.read_text().splitlines() if self.counter.exists() else []
 
 
 @pytest.fixture(scope="module")
-def _demo_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def _servers() -> Iterator[ForkServer]:
+    """The fork server of the module's MCP servers (its children end with it)."""
+    servers = ForkServer(preload=SERVER_IMPORTS)
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture(scope="module")
+def _demo_root(tmp_path_factory: pytest.TempPathFactory, _servers: ForkServer) -> Iterator[Path]:
     yield tmp_path_factory.mktemp("mcp-demo")
-    _mcp._HUB.close()
+    _mcp._HUB.close()  # before the fork server ends: the servers end as the sessions close
 
 
 @pytest.fixture
-def demo(_demo_root: Path) -> Demo:
+def demo(_demo_root: Path, _servers: ForkServer) -> Demo:
     """The module's demo server, its stdio session shared by the module's tests as servers of
-    one configuration share one in a process (starting the server costs ~0.8 s of CPU).
+    one configuration share one in a process (each start of a server costs CPU, even forked).
 
     Each test starts with an empty counter, version 1 and the script as written; when the
     test before changed the script or the version, its server is closed, so it starts again
@@ -148,7 +181,7 @@ def demo(_demo_root: Path) -> Demo:
     script, version = _demo_root / "demo_server.py", _demo_root / "version.txt"
     if script.exists() and (script.read_text() != SERVER or version.read_text() != "1"):
         _mcp._HUB.close()
-    demo = Demo(_demo_root)
+    demo = Demo(_demo_root, _servers)
     demo.counter.unlink(missing_ok=True)
     demo.release.unlink(missing_ok=True)
     return demo
@@ -170,7 +203,7 @@ def local(a: int) -> int:
 async def test_a_stdio_servers_tools_are_offered_called_and_journaled(
     demo: Demo, store: Store
 ) -> None:
-    server = demo.stdio(name="demo")
+    server = demo.stdio(name="demo", forked=False)  # the one server started as `python script`
 
     @agency.entry
     async def adds() -> str:
@@ -245,7 +278,7 @@ async def test_errors_and_timeouts_go_back_to_the_model(demo: Demo, store: Store
 
 
 async def test_a_short_call_timeout_does_not_bound_a_slow_start(demo: Demo) -> None:
-    # Starting takes over 0.6 s (the delay, then the SDK's import); each call may take 0.5 s.
+    # Starting takes over 0.6 s (the script's delay); each call may take 0.5 s.
     _mcp._HUB.close()  # the server starts in this test
     server = demo.stdio(name="demo", timeout=0.5, start_delay=0.6)
     assert "add" in [t["name"] for t in await server.list_tools()]
@@ -416,7 +449,7 @@ def _free_port() -> int:
 def http_server(demo: Demo) -> Iterator[str]:
     port = _free_port()
     process = subprocess.Popen(
-        [sys.executable, str(demo.script), str(port)],
+        demo.command(str(port)),
         env={**os.environ, **demo.env()},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -507,11 +540,12 @@ async def test_an_mcp_call_is_an_execute_tool_span_naming_its_server(
 
 
 KILLED_DURING_A_CALL = r"""
-import os, sys
+import json, os
 from agency_runtime import agency
 from agency_runtime.testing import FakeModel, FakeToolCall
 
-server = agency.mcp.stdio(sys.executable, [os.environ["SERVER"]], name="demo", env={
+command, *args = json.loads(os.environ["SERVER_COMMAND"])  # a fork of the test's fork server
+server = agency.mcp.stdio(command, args, name="demo", env={
     "MCP_COUNTER": os.environ["MCP_COUNTER"], "MCP_VERSION": os.environ["MCP_VERSION"],
     "MCP_RELEASE": os.environ["MCP_RELEASE"],
 })
@@ -544,7 +578,8 @@ def test_a_run_killed_during_an_mcp_call_never_repeats_a_finished_one(
     ends at once."""
     script = tmp_path / "killed.py"
     script.write_text(KILLED_DURING_A_CALL)
-    env = {**os.environ, **demo.env(), "SERVER": str(demo.script), "DB": str(tmp_path / "r.db")}
+    env = {**os.environ, **demo.env(), "DB": str(tmp_path / "r.db")}
+    env["SERVER_COMMAND"] = json.dumps(demo.command())
     first = fork_server.start("script", script, env=env, cwd=tmp_path)
     deadline = time.monotonic() + 60
     while demo.ran() != ["pay 5 ada", "slow"]:  # the kill lands inside the slow call
