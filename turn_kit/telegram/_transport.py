@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import re
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -245,6 +246,22 @@ def _retry_after_seconds(exc: BaseException) -> float:
     return 1.0
 
 
+def _tls_context() -> ssl.SSLContext:
+    """The TLS context every Bot API client of this process shares: httpx's default one.
+
+    httpx builds a context for each client it makes, loading the whole CA bundle each time
+    (~25 ms of CPU); a transport makes two clients. A context may serve any number of
+    connections, clients and threads. It is built again when ``SSL_CERT_FILE`` or
+    ``SSL_CERT_DIR`` (which httpx reads) have changed.
+    """
+    return _tls_context_for(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.cache
+def _tls_context_for(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
 class _ChatLocks:
     """One anyio lock per chat, dropped when nobody holds or waits for it."""
 
@@ -332,6 +349,7 @@ class BotApiTransport:
             write_timeout=t,
             connect_timeout=t,
             pool_timeout=t,
+            httpx_kwargs={"verify": _tls_context()},
         )
 
     def __repr__(self) -> str:

@@ -97,6 +97,31 @@ async def test_ids_are_converted_and_invalid_ones_omitted(api: FakeBotApi) -> No
     assert [s["chat_id"] for s in api.sent] == [42, "@channel"]
 
 
+def test_transports_share_one_verifying_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each transport's two HTTP clients, and every transport of the process, use one TLS
+    context (loading the CA bundle costs ~25 ms a client): httpx's default, which verifies
+    certificates and host names, built anew when the CA settings httpx reads change."""
+    import ssl
+
+    def contexts(transport: BotApiTransport) -> list[ssl.SSLContext]:
+        return [r._client._transport._pool._ssl_context for r in transport._requests]
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    first, second = BotApiTransport(TOKEN), BotApiTransport(TOKEN)
+    shared = contexts(first)[0]
+    assert contexts(first) == contexts(second) == [shared, shared]
+    assert shared.verify_mode == ssl.CERT_REQUIRED
+    assert shared.check_hostname
+    assert shared.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
+    import certifi
+
+    monkeypatch.setenv("SSL_CERT_FILE", certifi.where())
+    other = contexts(BotApiTransport(TOKEN))
+    assert other[0] is not shared
+    assert other[0] is other[1]
+
+
 async def test_token_from_env_and_missing_token(
     api: FakeBotApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
