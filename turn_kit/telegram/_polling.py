@@ -49,6 +49,7 @@ from .._errors import TurnKitError, TurnPausedError
 from .._runner import TurnArgs
 from ._adapter import MAX_ATTEMPTS, TelegramTurnAdapter, given_up
 from ._redact import install_token_redaction, scrub_exception, scrub_text
+from ._transport import tls_context
 
 __all__ = ["MAX_ATTEMPTS", "STANDBY_SECONDS", "TelegramPoller"]
 
@@ -271,7 +272,7 @@ class TelegramPoller:
     def _client_scope(self) -> Any:
         if self._client is not None:
             return _Borrowed(self._client)
-        return httpx.AsyncClient()
+        return httpx.AsyncClient(verify=tls_context())
 
     @property
     def leader_lock(self) -> str:

@@ -246,11 +246,12 @@ def _retry_after_seconds(exc: BaseException) -> float:
     return 1.0
 
 
-def _tls_context() -> ssl.SSLContext:
-    """The TLS context every Bot API client of this process shares: httpx's default one.
+def tls_context() -> ssl.SSLContext:
+    """The TLS context every HTTP client of this package shares: httpx's default one.
 
     httpx builds a context for each client it makes, loading the whole CA bundle each time
-    (~25 ms of CPU); a transport makes two clients. A context may serve any number of
+    (~25 ms of CPU): a :class:`BotApiTransport` makes two clients, and the poller one for each
+    round of ``getUpdates`` when it is not given one. A context may serve any number of
     connections, clients and threads. It is built again when ``SSL_CERT_FILE`` or
     ``SSL_CERT_DIR`` (which httpx reads) have changed.
     """
@@ -349,7 +350,7 @@ class BotApiTransport:
             write_timeout=t,
             connect_timeout=t,
             pool_timeout=t,
-            httpx_kwargs={"verify": _tls_context()},
+            httpx_kwargs={"verify": tls_context()},
         )
 
     def __repr__(self) -> str:
@@ -627,7 +628,7 @@ class CloudTelegramTransport:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None or self._client.is_closed:
-            self._client = httpx.AsyncClient()
+            self._client = httpx.AsyncClient(verify=tls_context())
             self._owns_client = True
         return self._client
 

@@ -280,6 +280,16 @@ async def test_the_poller_needs_a_token(monkeypatch: pytest.MonkeyPatch) -> None
         TelegramPoller(adapter(Transport()), ctx=Ctx(), respond=lambda turn: "x")
 
 
+async def test_the_pollers_own_clients_share_the_packages_tls_context() -> None:
+    """A poller not given a client makes one for each round: on the one TLS context of
+    turn_kit.telegram (loading the CA bundle costs ~25 ms a client)."""
+    from turn_kit.telegram._transport import tls_context
+
+    poller = TelegramPoller(adapter(Transport()), ctx=Ctx(), respond=lambda t: "x", token="1:a")
+    async with poller._client_scope() as client:
+        assert client._transport._pool._ssl_context is tls_context()
+
+
 async def test_turns_of_one_chat_from_parallel_updates_run_in_order() -> None:
     transport = Transport()
     turns = adapter(transport, owner_chat="42")

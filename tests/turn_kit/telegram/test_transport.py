@@ -111,6 +111,8 @@ def test_transports_share_one_verifying_tls_context(monkeypatch: pytest.MonkeyPa
     first, second = BotApiTransport(TOKEN), BotApiTransport(TOKEN)
     shared = contexts(first)[0]
     assert contexts(first) == contexts(second) == [shared, shared]
+    cloud_client = CloudTelegramTransport("https://cloud.example.test/", "t")._http()
+    assert cloud_client._transport._pool._ssl_context is shared
     assert shared.verify_mode == ssl.CERT_REQUIRED
     assert shared.check_hostname
     assert shared.cert_store_stats()["x509_ca"] > 0  # the CA bundle is loaded
