@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from agency_runtime import JournalEntry, ResumableScope, SqliteStore, agency
 from agency_runtime._core import _branches
 from agency_runtime._core._branches import at_base, run_root, tick
+from agency_runtime._core._jsondata import MAX_DEPTH, json_problem
 from agency_runtime._durable._journal import CHILD_UNIT, RunJournal
 from agency_runtime._durable._values import adapter_for, decode_arguments, return_adapter
 from agency_runtime._errors import EntryImportError, JournalCorruptError
@@ -274,3 +275,28 @@ def test_a_lambda_with_an_empty_cell_is_named_as_before() -> None:
         return step
 
     assert step_name(make()).endswith(".<lambda>")
+
+
+# -- what a step's result may hold -------------------------------------------------------------
+
+
+def _nested(depth: int, leaf: object) -> object:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"i": 1, "ok": True, "s": "x", "n": None}, None),
+        (_nested(MAX_DEPTH + 5, "leaf"), "it is nested more than 200 levels deep at [0][0][0]…"),
+        (_nested(MAX_DEPTH, "leaf"), None),  # a plain leaf is fine at any depth
+        ({"f": [1.5, float("nan")]}, "the float nan at ['f'][1] is not a JSON number"),
+        ({"a": [1, {2: "x"}]}, "the dict at ['a'][1] has a int key 2; JSON keys are strings "
+         "(it would come back as a string)"),
+        ({"e": ["x", b"y"]}, "the bytes at ['e'][1] is not JSON; store text (e.g. base64) instead"),
+    ],
+)  # fmt: skip
+def test_plain_leaves_are_skipped_and_the_rest_checked(value: Any, problem: str | None) -> None:
+    assert json_problem(value) == problem
