@@ -300,7 +300,10 @@ class ResumableScope:
         called = name if name is not None else step_name(fn)
         entry = journal.entries.get(path)
         if entry is not None:
-            if entry.name == called:  # the determinism check, its common case inline
+            # The entry's fields read as one: each attribute of a pydantic model goes through
+            # its __getattr__ hook, and this runs for every replayed step.
+            fields = entry.__dict__
+            if fields["name"] == called:  # the determinism check, its common case inline
                 journal.claimed.add(path)
             else:
                 recorded(journal, path, called, _where(sys._getframe(1)))
@@ -309,11 +312,11 @@ class ResumableScope:
             frame = _FRAME.get()
             if frame is None:
                 frame = current_frame("ResumableScope.step()")  # raises OutsideFrameError
-            if entry.deltas is None and entry.error is None and _observe.OBSERVER is None:
+            if fields["deltas"] is None and fields["error"] is None and _observe.OBSERVER is None:
                 # replay()'s common case inline (nothing to apply, no failure, no observer):
                 # replaying 1,000 steps is most of answering an interrupt after them.
                 try:
-                    return _ready(decode(entry.result))
+                    return _ready(decode(fields["result"]))
                 except ValueError:
                     pass  # a damaged result: replay() below says so
             return _ready(replay(frame, journal, entry, decode))

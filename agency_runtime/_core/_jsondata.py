@@ -47,10 +47,13 @@ def _where(path: list[str | int]) -> str:
     return " at " + "".join(f"[{p!r}]" for p in path)
 
 
+_LEAVES = frozenset({str, int, bool, type(None)})
+"""Types whose values are always stored faithfully (exactly these: not subclasses)."""
+
+
 def json_problem(value: Any) -> str | None:
     """Why ``value`` cannot be stored faithfully as JSON, or ``None`` when it can."""
-    shape = type(value)
-    if shape is str or shape is int or shape is bool or value is None:
+    if type(value) in _LEAVES:
         return None
     stack: list[tuple[Any, list[str | int]]] = [(value, [])]
     while stack:
@@ -63,8 +66,10 @@ def json_problem(value: Any) -> str | None:
             continue
         if len(path) >= MAX_DEPTH:
             return f"it is nested more than {MAX_DEPTH} levels deep{_where(path[:3])}…"
+        # A plain string, integer, boolean or None inside is fine at any depth: it is not
+        # pushed (nor its path built), which is most of what a step's result holds.
         if isinstance(item, list | tuple):
-            stack.extend((v, [*path, i]) for i, v in enumerate(item))
+            stack.extend((v, [*path, i]) for i, v in enumerate(item) if type(v) not in _LEAVES)
             continue
         if isinstance(item, dict):
             for key, inner in item.items():
@@ -73,7 +78,8 @@ def json_problem(value: Any) -> str | None:
                         f"the dict{_where(path)} has a {type(key).__name__} key {key!r}; JSON "
                         "keys are strings (it would come back as a string)"
                     )
-                stack.append((inner, [*path, key]))
+                if type(inner) not in _LEAVES:
+                    stack.append((inner, [*path, key]))
             continue
         if isinstance(item, _TRUSTED):
             continue

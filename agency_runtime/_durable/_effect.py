@@ -184,7 +184,9 @@ async def perform(
     except failures as exc:
         CHANGES.reset(token)
         note_failing_step(exc, name, path)
-        await _commit(frame, journal, path, name, callsite, recorder, "null", None, exc)
+        await journal.commit_step(
+            _entry(frame, journal, path, name, callsite, recorder, "null", None, exc)
+        )
         if outer is not None:
             outer.absorb(recorder, spend=False)
         journal.failed(path, exc)
@@ -196,7 +198,9 @@ async def perform(
             outer.absorb(recorder, spend=True)  # uncommitted: the spend stays with the outer
         raise
     CHANGES.reset(token)
-    await _commit(frame, journal, path, name, callsite, recorder, text, fields, None)
+    await journal.commit_step(
+        _entry(frame, journal, path, name, callsite, recorder, text, fields, None)
+    )
     if outer is not None and recorder.changes:
         outer.absorb(recorder, spend=False, unit=path)  # its entry holds them: one marker
     return value
@@ -212,10 +216,12 @@ async def record(
 ) -> None:
     """Commit an entry at ``path`` for an outcome that ran no work of its own under it (a
     step's failed attempt, the failure it ends with): no changes, no spend."""
-    await _commit(frame, journal, path, name, "", Recorder(), result, None, failure)
+    await journal.commit_step(
+        _entry(frame, journal, path, name, "", Recorder(), result, None, failure)
+    )
 
 
-async def _commit(
+def _entry(
     frame: Frame,
     journal: RunJournal,
     path: str,
@@ -225,7 +231,8 @@ async def _commit(
     result: str,
     fields: Callable[[], dict[str, Any]] | None,
     failure: Exception | None,
-) -> None:
+) -> JournalEntry:
+    """The entry that commits a unit's outcome (taking the journal's next position)."""
     changes = recorder.changes
     if changes and failure is None and len(result) >= _SAME_MIN and result[0] == '"':
         same = _same_as(from_json(result), changes, journal)
@@ -248,7 +255,7 @@ async def _commit(
     }
     if fields is not None:
         values.update(fields())
-    await journal.commit_step(JournalEntry.from_row(values))
+    return JournalEntry.from_row(values)
 
 
 _SAME_MIN = 66

@@ -138,19 +138,24 @@ class RunJournal:
                 self.asked[key] = answer.interrupt
 
     def _index(self, entry: JournalEntry) -> None:
-        replaced = self.entries.get(entry.path)
+        # The entry's fields read as one: each attribute of a pydantic model goes through
+        # its __getattr__ hook, and this runs for every step committed or loaded.
+        fields = entry.__dict__
+        path = fields["path"]
+        replaced = self.entries.get(path)
         if replaced is not None:
             self._count_spend(replaced, -1)
-        self.entries[entry.path] = entry
-        self._count_spend(entry, 1)
-        scope_path = entry.path.rpartition("/")[0]
-        if entry.locals is not None:
-            self.scope_locals[scope_path] = entry.locals
-        if entry.scopes and entry.scopes != self._last_scopes:
+        self.entries[path] = entry
+        if fields["cost_pico"] or fields["tokens"]:
+            self._count_spend(entry, 1)
+        if fields["locals"] is not None:
+            self.scope_locals[path.rpartition("/")[0]] = fields["locals"]
+        scopes = fields["scopes"]
+        if scopes and scopes != self._last_scopes:
             # Consecutive steps of one scope share their chain: parse each chain once.
-            self._last_scopes = entry.scopes
+            self._last_scopes = scopes
             try:
-                chain = from_json(entry.scopes)
+                chain = from_json(scopes)
                 for parent, ordinal, name in chain:
                     self.scope_names[(str(parent), str(ordinal))] = str(name)
             except (ValueError, TypeError) as exc:

@@ -1,23 +1,28 @@
 """The resume hot path keeps its semantics: adapters of plain scalars, entry parameters read
-once, the journal's running spend totals, and a task's quick ownership test in ``tick``."""
+once, the journal's running spend totals, a task's quick ownership test in ``tick``, and a
+damaged entry met by the inline replay."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
+import sqlite3
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from agency_runtime import JournalEntry
+from agency_runtime import JournalEntry, ResumableScope, SqliteStore, agency
 from agency_runtime._core import _branches
 from agency_runtime._core._branches import at_base, run_root, tick
+from agency_runtime._core._jsondata import MAX_DEPTH, json_problem
 from agency_runtime._durable._journal import CHILD_UNIT, RunJournal
 from agency_runtime._durable._values import adapter_for, decode_arguments, return_adapter
-from agency_runtime._errors import EntryImportError
+from agency_runtime._errors import EntryImportError, JournalCorruptError
 from agency_runtime._scope import step_name
 from agency_runtime._types import Journal
 
@@ -154,6 +159,44 @@ async def test_the_journal_totals_the_spend_of_its_entries() -> None:
     await journal.rewind(1)
     assert (journal.spent_pico, journal.spent_tokens, journal.children_pico) == (5, 2, 0)
     assert sum(e.cost_pico for e in journal.entries.values()) == journal.spent_pico
+    await journal.commit_step(entry_at(5, "s/0"))  # no spend of its own, replacing some
+    assert (journal.spent_pico, journal.spent_tokens, journal.children_pico) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("result", ["{bad", "[1,"])
+async def test_a_damaged_result_with_nothing_to_apply_is_a_corrupt_journal(
+    tmp_path: Path, result: str
+) -> None:
+    """A step with no changes and no failure replays inline in ``s.step``; a result that does
+    not read there still fails the run with JournalCorruptError naming the step, and nothing
+    after it runs."""
+    ran: list[int] = []
+
+    def work(i: int) -> int:
+        ran.append(i)
+        return i
+
+    async def entry() -> int:
+        async def body(s: ResumableScope) -> int:
+            return sum([await s.step(functools.partial(work, i), name="w") for i in range(3)])
+
+        return await agency.with_resumable_scope("sc", body)
+
+    store = SqliteStore(tmp_path / "damaged.db")
+    try:
+        first = await agency.run(entry, run_id="d", store=store)
+        assert (first.status, first.value, ran) == ("completed", 3, [0, 1, 2])
+        with sqlite3.connect(store.path) as conn:
+            conn.execute("UPDATE steps SET result = ? WHERE path = 'sc/1'", (result,))
+            conn.execute("DELETE FROM steps WHERE path = 'sc/2'")
+            conn.execute("UPDATE runs SET status = 'queued', value = NULL WHERE run_id = 'd'")
+        again = await agency.run(entry, run_id="d", store=store)
+        assert again.status == "failed"
+        assert isinstance(again.exception, JournalCorruptError)
+        assert "'sc/1'" in again.exception.args[0]
+        assert ran == [0, 1, 2]  # the damaged step's successor never ran again
+    finally:
+        store.close()
 
 
 # -- tick's quick test of the running task -----------------------------------------------------
@@ -232,3 +275,28 @@ def test_a_lambda_with_an_empty_cell_is_named_as_before() -> None:
         return step
 
     assert step_name(make()).endswith(".<lambda>")
+
+
+# -- what a step's result may hold -------------------------------------------------------------
+
+
+def _nested(depth: int, leaf: object) -> object:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ({"i": 1, "ok": True, "s": "x", "n": None}, None),
+        (_nested(MAX_DEPTH + 5, "leaf"), "it is nested more than 200 levels deep at [0][0][0]…"),
+        (_nested(MAX_DEPTH, "leaf"), None),  # a plain leaf is fine at any depth
+        ({"f": [1.5, float("nan")]}, "the float nan at ['f'][1] is not a JSON number"),
+        ({"a": [1, {2: "x"}]}, "the dict at ['a'][1] has a int key 2; JSON keys are strings "
+         "(it would come back as a string)"),
+        ({"e": ["x", b"y"]}, "the bytes at ['e'][1] is not JSON; store text (e.g. base64) instead"),
+    ],
+)  # fmt: skip
+def test_plain_leaves_are_skipped_and_the_rest_checked(value: Any, problem: str | None) -> None:
+    assert json_problem(value) == problem

@@ -11,6 +11,7 @@ reference.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -119,3 +120,29 @@ def test_a_journal_entrys_fields_are_the_step_columns() -> None:
     from agency_runtime._types import JournalEntry
 
     assert set(JournalEntry.model_fields) == set(STEP_COLUMNS)
+
+
+async def test_a_step_reads_back_as_committed_whichever_columns_are_empty(store: Store) -> None:
+    """The core writes an empty nullable column as a literal NULL (a statement per
+    combination): every combination stores what the entry holds, and the lease still
+    fences each of them."""
+    import itertools
+
+    from agency_runtime._types import JournalEntry, RunRecord
+
+    now = time.time()
+    run = RunRecord(run_id="r", status="queued", entry="e", arguments="[]",
+                    created_at=now, updated_at=now)  # fmt: skip
+    assert await store.claim_run(run, owner="o", lease_seconds=30) is not None
+    nullable = {"locals": '{"k": 1}', "scopes": '[["", 0, "s"]]', "deltas": "[]", "error": "{}"}
+    committed = []
+    for seq, empty in enumerate(itertools.product((False, True), repeat=len(nullable)), 1):
+        pairs = zip(nullable.items(), empty, strict=True)
+        given = {column: None if gone else text for (column, text), gone in pairs}
+        entry = JournalEntry(run_id="r", seq=seq, path=f"s/{seq}", name="n", callsite="x:1",
+                             result=str(seq), cost_pico=seq, tokens=2, created_at=1.5,
+                             **given)  # fmt: skip
+        assert await store.commit_step(entry, owner="o")
+        assert not await store.commit_step(entry.model_copy(update={"path": "x"}), owner="other")
+        committed.append(entry)
+    assert (await store.load_journal("r")).entries == committed

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import itertools
+from collections.abc import Mapping
+from typing import Any
 
 from ..._types import (
     Checkpoint,
@@ -135,22 +138,34 @@ class JournalCore(CoreBase):
         return await self._run(f"find a position in the journal of run {run_id!r}", work)
 
     @functools.cached_property
-    def _commit_step_sql(self) -> str:
-        # One statement: the lease check locks the run's row (FOR SHARE), so a claimant taking
-        # the run over waits for this commit, or this insert sees the lease gone and writes
-        # nothing. (Built once: it is every step's statement.)
-        return (
-            f"WITH lease AS ({self._holds(self._d.for_share)}) INSERT INTO {self._d.t}steps "
-            f"({', '.join(STEP_COLUMNS)}) SELECT "
-            f"{', '.join(f'%({c})s' for c in STEP_COLUMNS)} FROM lease"
-        )
+    def _commit_step_sqls(self) -> dict[tuple[bool, ...], str]:
+        """A step's statement for each combination of empty :data:`_NULLABLE` columns (the
+        key: which of them are ``None``), those written as a literal ``NULL``.
+
+        One statement: the lease check locks the run's row (FOR SHARE), so a claimant
+        taking the run over waits for this commit, or this insert sees the lease gone and
+        writes nothing. No ``None`` is bound: sqlite3 binds one only after looking for an
+        adapter, which formats and drops an ``AttributeError`` (a trivial step has three,
+        a seventh of its commit's instructions). Built once: they are every step's."""
+        d = self._d
+        statements = {}
+        for nulls in itertools.product((False, True), repeat=len(_NULLABLE)):
+            null = {column for column, empty in zip(_NULLABLE, nulls, strict=True) if empty}
+            values = ", ".join("NULL" if c in null else f"%({c})s" for c in STEP_COLUMNS)
+            statements[nulls] = (
+                f"WITH lease AS ({self._holds(d.for_share)}) INSERT INTO {d.t}steps "
+                f"({', '.join(STEP_COLUMNS)}) SELECT {values} FROM lease"
+            )
+        return statements
 
     async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
         # The entry's fields are the step's columns (a test holds them equal): its __dict__,
         # not a getattr per column, on every step.
-        params = {**entry.__dict__, "run": entry.run_id, "owner": owner}
+        values = entry.__dict__
+        query = self._commit_step_sqls[_nulls(values)]
+        params = {**values, "run": entry.run_id, "owner": owner}
         what = f"commit step {entry.path!r} of run {entry.run_id!r}"
-        done = await self._one(what, Sql(self._commit_step_sql, params), check="throttled")
+        done = await self._one(what, Sql(query, params), check="throttled")
         return done.rowcount == 1
 
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
@@ -275,3 +290,17 @@ class JournalCore(CoreBase):
             return True
 
         return await self._run(f"rewind run {run_id!r}", work, tx=True, check="always")
+
+
+_NULLABLE = ("locals", "scopes", "deltas", "error")
+"""The step columns that may be ``NULL`` (see ``JournalCore._commit_step_sqls``)."""
+
+
+def _nulls(values: Mapping[str, Any]) -> tuple[bool, ...]:
+    """Which of :data:`_NULLABLE` ``values`` leaves empty, in that order."""
+    return (
+        values["locals"] is None,
+        values["scopes"] is None,
+        values["deltas"] is None,
+        values["error"] is None,
+    )
