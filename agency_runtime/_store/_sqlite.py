@@ -231,7 +231,7 @@ class SqliteStore(StoreCore):
                 f"this Python's sqlite3 module has {sqlite3.sqlite_version}. Use a newer "
                 "Python build, or a PostgreSQL store (AGENCY_STORE=postgresql://…)"
             )
-        self._clock: Clock = clock if clock is not None else SYSTEM_CLOCK
+        self._clock = clock if clock is not None else SYSTEM_CLOCK
         self._path = str(path)
         self._url = url or f"sqlite:///{self._path}"
         self._lock = threading.Lock()
