@@ -71,6 +71,15 @@ async def napper(seconds: float) -> str:
 
 
 @agency.entry
+async def noted_napper(seconds: float) -> str:
+    note(agency.ctx().run_id, "attempt")  # every attempt starts here, a takeover's too
+    await _step("before")
+    await agency.sleep(seconds)
+    await _step("after")
+    return "done"
+
+
+@agency.entry
 async def collector(count: int) -> list:
     return [await agency.wait_for_event("item") for _ in range(count)]
 
@@ -167,25 +176,25 @@ def test_a_worker_killed_mid_sleep_leaves_only_the_remaining_time(
     tmp_path: Path, fork_server: ForkServer, app: ModuleType, store_url: tuple[str, Store]
 ) -> None:
     url, store = store_url
-    _enqueue(app, store, "napper", NAP, run_id="nap")
+    _enqueue(app, store, "noted_napper", NAP, run_id="nap")
     first = _worker(fork_server, tmp_path, url, "first", park_after=100)  # waits in process
     _until("the sleep to be journaled", lambda: _wake_at(store, "nap") is not None)
     wake_at = _wake_at(store, "nap")
     assert wake_at is not None
     _kill(first)
-    takeover = time.time()  # the second worker claims the run after this
     second = _worker(fork_server, tmp_path, url, "second", park_after=100)
     try:
         assert _results(store, ["nap"]) == ["done"]
     finally:
         _stop(second)
     woke = _first(tmp_path, "nap", "after")
+    taken_over = max(at for _, label, at in _ledger(tmp_path) if label == "attempt")
     # Not before the journaled time, and not a whole new sleep after the takeover: that
-    # would end NAP seconds after the claim, which came after `takeover`. (Bounded by the
-    # claim, not by the journaled time: a busy machine may start the second worker late.)
-    assert wake_at <= woke < takeover + NAP, (woke, wake_at, takeover)
+    # would end NAP seconds after the second attempt began. (Bounded by that attempt's
+    # start, not by the kill: a busy machine may start the second worker late.)
+    assert wake_at <= woke < taken_over + NAP, (woke, wake_at, taken_over)
     labels = Counter(label for run, label, _ in _ledger(tmp_path))
-    assert labels == {"before": 1, "after": 1}
+    assert labels == {"attempt": 2, "before": 1, "after": 1}
 
 
 def test_kills_around_parking_and_waking_lose_no_run_and_wake_none_early(
