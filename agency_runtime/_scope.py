@@ -33,7 +33,6 @@ from ._core import _observe
 from ._core._branches import at_base, qualify, tick
 from ._core._frame import (
     _FRAME,
-    Frame,
     Position,
     ScopeState,
     call_in_frame,
@@ -338,14 +337,7 @@ class ResumableScope:
         timeout: float | None = None,
     ) -> Any:
         frame = current_frame("ResumableScope.step()")
-        step_frame = Frame(  # frame.evolve(callsite=..., position=...), field by field
-            frame.ctx,
-            frame.stack,
-            frame.threads,
-            frame.globals,
-            (self.module_id, self.name, index),
-            Position(self.state, path),
-        )
+        step_frame = frame.at((self.module_id, self.name, index), Position(self.state, path))
         adapter = self._adapter(fn, returns)
 
         def encode(result: Any) -> tuple[str, Any]:

@@ -100,6 +100,11 @@ class Frame:
             set_(frame, name, value)
         return frame
 
+    def at(self, callsite: Callsite, position: Position) -> Frame:
+        """``evolve(callsite=callsite, position=position)``, made for every step: built
+        field by field, without the keyword checks."""
+        return Frame(self.ctx, self.stack, self.threads, self.globals, callsite, position)
+
     def callsite_location(self) -> CallsiteLocation | None:
         """The callsite as a :class:`CallsiteLocation`, or ``None``."""
         if self.callsite is None:
