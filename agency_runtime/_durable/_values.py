@@ -168,11 +168,6 @@ class Adapter(Protocol):
     def validate_python(self, value: Any, /) -> Any: ...
 
 
-_EXACT = frozenset({str, int, bool, float})
-"""Annotations a value of exactly that type already fits: pydantic's (lax) validation of a
-``str``, an ``int``, a ``bool`` or a ``float`` into its own type gives it back unchanged."""
-
-
 class ExactAdapter:
     """The adapter of a plain ``str`` / ``int`` / ``bool`` / ``float`` annotation.
 
@@ -211,7 +206,10 @@ class ExactAdapter:
         return self.full().validate_json(data)
 
 
-_EXACT_ADAPTERS: dict[type, ExactAdapter] = {t: ExactAdapter(t) for t in _EXACT}
+_EXACT_ADAPTERS: dict[type, ExactAdapter] = {t: ExactAdapter(t) for t in (str, int, bool, float)}
+"""The adapters of annotations a value of exactly that type already fits: pydantic's (lax)
+validation of a ``str``, an ``int``, a ``bool`` or a ``float`` into its own type gives it
+back unchanged."""
 
 
 def adapter_for(annotation: Any) -> Adapter:
