@@ -3,108 +3,81 @@
 The public surface is the :data:`agency` namespace plus the data shapes, protocols and
 exceptions re-exported here — exactly the names the README lists under *Public names* (a
 test holds the two equal). Everything else is private (modules with a leading underscore).
-Importing this package is cheap: litellm is imported lazily, on the first call that needs it,
-and so are memory and the store backends, on first use (:data:`_LAZY`); no pydantic schema
-is built until a model is first used, and asyncio is not imported (trio programs need none).
+
+Importing this package costs next to nothing: like pydantic's own ``__init__``, it names its
+public names and loads each one's module the first time the name is read (PEP 562,
+:data:`_LAZY`), so a program pays for what it uses — ``from agency_runtime import agency``
+loads the runtime, a module that only catches :class:`AgencyError` loads the exception tree.
+litellm is imported lazily on the first call that needs it; no pydantic schema is built until
+a model is first used, and asyncio is not imported (trio programs need none).
 """
 
 from typing import TYPE_CHECKING
 
-from ._boundary._worker import Worker
-from ._clock import Clock
-from ._core._cancel import AbortSignal
-from ._core._context import RuntimeContext
-from ._core._frame import CallsiteLocation
-from ._core._threads import (
-    Message,
-    MessageThread,
-    QueuedMessage,
-    ThreadInfo,
-    ThreadStore,
-    ThreadStoreData,
-)
-from ._errors import (
-    AgencyCancelledError,
-    AgencyError,
-    CheckpointError,
-    ChildRunRejectedError,
-    EntryImportError,
-    EntryNotAllowedError,
-    EntryResultError,
-    EventLoopRunningError,
-    EventTimeoutError,
-    GuardApproveError,
-    GuardExceededError,
-    HandlerRecursionError,
-    InterruptAnswerError,
-    InvalidArgumentError,
-    JournalCorruptError,
-    LLMCallError,
-    LockReentryError,
-    LockTimeoutError,
-    NoModelError,
-    NondeterminismError,
-    NotInRunError,
-    OutsideFrameError,
-    ProviderError,
-    RestoreSignal,
-    ResultSerializationError,
-    RunConflictError,
-    RunFailedError,
-    RunFinishedError,
-    RunInterruptedError,
-    RunNotFoundError,
-    RunPaused,
-    RunPausedError,
-    RunWaitTimeoutError,
-    ScheduleNotFoundError,
-    StepFailedError,
-    StepResultError,
-    StoreError,
-    StoreSchemaError,
-    StoreUnavailableError,
-    StructuredOutputError,
-    ToolRoundsExceededError,
-)
-from ._facade import agency
-from ._guards import CostGuard, TimeGuard
-from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
 from ._lazy import lazy_names
-from ._llm._mcp import McpServer
-from ._llm._model import Model
-from ._llm._registry import register_provider, unregister_provider
-from ._llm._stream import LLMStream
-from ._llm._tools import Tool
-from ._locks import HeldLock
-from ._policies import Retry
-from ._scope import ResumableScope, ResumableScopeOpts
-from ._store import (
-    DEFAULT_STORE_URL,
-    DocumentStore,
-    EventLog,
-    LockTable,
-    MemoryIndex,
-    RunLog,
-    RunQueue,
-    ScheduleTable,
-    Store,
-    open_store,
-)
-from ._types import (
-    Checkpoint,
-    DeferredModel,
-    ErrorInfo,
-    Interrupt,
-    InterruptResponse,
-    JournalEntry,
-    RunEvent,
-    RunRecord,
-    RunResult,
-    RunStatus,
-    Schedule,
-)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time, _LAZY below
+    from ._boundary._worker import Worker
+    from ._clock import Clock
+    from ._core._cancel import AbortSignal
+    from ._core._context import RuntimeContext
+    from ._core._frame import CallsiteLocation
+    from ._core._threads import (
+        Message,
+        MessageThread,
+        QueuedMessage,
+        ThreadInfo,
+        ThreadStore,
+        ThreadStoreData,
+    )
+    from ._errors import (
+        AgencyCancelledError,
+        AgencyError,
+        CheckpointError,
+        ChildRunRejectedError,
+        EntryImportError,
+        EntryNotAllowedError,
+        EntryResultError,
+        EventLoopRunningError,
+        EventTimeoutError,
+        GuardApproveError,
+        GuardExceededError,
+        HandlerRecursionError,
+        InterruptAnswerError,
+        InvalidArgumentError,
+        JournalCorruptError,
+        LLMCallError,
+        LockReentryError,
+        LockTimeoutError,
+        NoModelError,
+        NondeterminismError,
+        NotInRunError,
+        OutsideFrameError,
+        ProviderError,
+        RestoreSignal,
+        ResultSerializationError,
+        RunConflictError,
+        RunFailedError,
+        RunFinishedError,
+        RunInterruptedError,
+        RunNotFoundError,
+        RunPaused,
+        RunPausedError,
+        RunWaitTimeoutError,
+        ScheduleNotFoundError,
+        StepFailedError,
+        StepResultError,
+        StoreError,
+        StoreSchemaError,
+        StoreUnavailableError,
+        StructuredOutputError,
+        ToolRoundsExceededError,
+    )
+    from ._facade import agency
+    from ._guards import CostGuard, TimeGuard
+    from ._interrupts import Handler, HandlerDecision, approve, pass_, propagate, reject
+    from ._llm._mcp import McpServer
+    from ._llm._model import Model
     from ._llm._provider import (
         ChatProvider,
         ChatRequest,
@@ -117,10 +90,126 @@ if TYPE_CHECKING:
         ToolSpec,
         Usage,
     )
+    from ._llm._registry import register_provider, unregister_provider
+    from ._llm._stream import LLMStream
+    from ._llm._tools import Tool
+    from ._locks import HeldLock
     from ._memory import ConversationMemory, MemoryConfig, MemoryItem, SaveReceipt
-    from ._store import MemoryStore, PostgresStore, SqliteStore
+    from ._policies import Retry
+    from ._scope import ResumableScope, ResumableScopeOpts
+    from ._store import (
+        DEFAULT_STORE_URL,
+        DocumentStore,
+        EventLog,
+        LockTable,
+        MemoryIndex,
+        RunLog,
+        RunQueue,
+        ScheduleTable,
+        Store,
+        open_store,
+    )
+    from ._store._memory import MemoryStore
+    from ._store._postgres import PostgresStore
+    from ._store._sqlite import SqliteStore
+    from ._types import (
+        Checkpoint,
+        DeferredModel,
+        ErrorInfo,
+        Interrupt,
+        InterruptResponse,
+        JournalEntry,
+        RunEvent,
+        RunRecord,
+        RunResult,
+        RunStatus,
+        Schedule,
+    )
 
 _LAZY = {
+    "Worker": "._boundary._worker",
+    "Clock": "._clock",
+    "AbortSignal": "._core._cancel",
+    "RuntimeContext": "._core._context",
+    "CallsiteLocation": "._core._frame",
+    **dict.fromkeys(
+        (
+            "Message",
+            "MessageThread",
+            "QueuedMessage",
+            "ThreadInfo",
+            "ThreadStore",
+            "ThreadStoreData",
+        ),
+        "._core._threads",
+    ),
+    **dict.fromkeys(
+        (
+            "AgencyCancelledError",
+            "AgencyError",
+            "CheckpointError",
+            "ChildRunRejectedError",
+            "EntryImportError",
+            "EntryNotAllowedError",
+            "EntryResultError",
+            "EventLoopRunningError",
+            "EventTimeoutError",
+            "GuardApproveError",
+            "GuardExceededError",
+            "HandlerRecursionError",
+            "InterruptAnswerError",
+            "InvalidArgumentError",
+            "JournalCorruptError",
+            "LLMCallError",
+            "LockReentryError",
+            "LockTimeoutError",
+            "NoModelError",
+            "NondeterminismError",
+            "NotInRunError",
+            "OutsideFrameError",
+            "ProviderError",
+            "RestoreSignal",
+            "ResultSerializationError",
+            "RunConflictError",
+            "RunFailedError",
+            "RunFinishedError",
+            "RunInterruptedError",
+            "RunNotFoundError",
+            "RunPaused",
+            "RunPausedError",
+            "RunWaitTimeoutError",
+            "ScheduleNotFoundError",
+            "StepFailedError",
+            "StepResultError",
+            "StoreError",
+            "StoreSchemaError",
+            "StoreUnavailableError",
+            "StructuredOutputError",
+            "ToolRoundsExceededError",
+        ),
+        "._errors",
+    ),
+    "agency": "._facade",
+    **dict.fromkeys(
+        (
+            "CostGuard",
+            "TimeGuard",
+        ),
+        "._guards",
+    ),
+    **dict.fromkeys(
+        (
+            "Handler",
+            "HandlerDecision",
+            "approve",
+            "pass_",
+            "propagate",
+            "reject",
+        ),
+        "._interrupts",
+    ),
+    "McpServer": "._llm._mcp",
+    "Model": "._llm._model",
     **dict.fromkeys(
         (
             "ChatProvider",
@@ -137,20 +226,71 @@ _LAZY = {
         "._llm._provider",
     ),
     **dict.fromkeys(
-        ("ConversationMemory", "MemoryConfig", "MemoryItem", "SaveReceipt"), "._memory"
+        (
+            "register_provider",
+            "unregister_provider",
+        ),
+        "._llm._registry",
+    ),
+    "LLMStream": "._llm._stream",
+    "Tool": "._llm._tools",
+    "HeldLock": "._locks",
+    **dict.fromkeys(
+        (
+            "ConversationMemory",
+            "MemoryConfig",
+            "MemoryItem",
+            "SaveReceipt",
+        ),
+        "._memory",
+    ),
+    "Retry": "._policies",
+    **dict.fromkeys(
+        (
+            "ResumableScope",
+            "ResumableScopeOpts",
+        ),
+        "._scope",
+    ),
+    **dict.fromkeys(
+        (
+            "DEFAULT_STORE_URL",
+            "DocumentStore",
+            "EventLog",
+            "LockTable",
+            "MemoryIndex",
+            "RunLog",
+            "RunQueue",
+            "ScheduleTable",
+            "Store",
+            "open_store",
+        ),
+        "._store",
     ),
     "MemoryStore": "._store._memory",
     "PostgresStore": "._store._postgres",
     "SqliteStore": "._store._sqlite",
+    **dict.fromkeys(
+        (
+            "Checkpoint",
+            "DeferredModel",
+            "ErrorInfo",
+            "Interrupt",
+            "InterruptResponse",
+            "JournalEntry",
+            "RunEvent",
+            "RunRecord",
+            "RunResult",
+            "RunStatus",
+            "Schedule",
+        ),
+        "._types",
+    ),
 }
-"""Public names whose modules load on first use, not with ``import agency_runtime``: the
-provider seam's shapes (the first LLM call, or a provider, needs them), memory (agent and
-conversation memory, which most runs never turn on) and the store backends (a store URL
-names one, and most processes only ever use one)."""
-
+"""Every public name and the module it lives in, loaded on first read: the names above, each
+from the same module (a test holds the two equal)."""
 
 __getattr__, __dir__ = lazy_names(__name__, globals(), _LAZY)
-
 
 __version__ = "0.1.0"
 

@@ -60,7 +60,9 @@ RUNTIME_IMPORTS = (
     "queue",
     "sqlite3",
     "subprocess",
-    "agency_runtime",
+    # the runtime itself: ``import agency_runtime`` is a shell that loads each public name's
+    # module on first read, and the facade (``agency``) loads nearly all of them
+    "agency_runtime._facade",
 ) + (("psycopg", "psycopg_pool") if importlib.util.find_spec("psycopg_pool") else ())
 """The imports every program of the crash, process and CLI tests pays for: nearly every one
 runs an event loop (asyncio) and several start processes of their own; the postgres ones

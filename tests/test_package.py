@@ -7,6 +7,7 @@ import inspect
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -38,26 +39,72 @@ HEAVY = (
     "agency_runtime._llm._litellm", "agency_runtime._fakes", "turn_kit.telegram",
     "turn_kit.slack",
 )  # fmt: skip
-"""Modules ``import agency_runtime, turn_kit`` must not load (issue 17: the import's cost)."""
+"""Modules a program's first use of the packages (:data:`FIRST_USE`) must not load (issue 17:
+the import's cost)."""
 
 
-def test_importing_the_packages_loads_nothing_heavy() -> None:
+FIRST_USE = (
+    "from agency_runtime import agency, AgencyError, RunResult, Message, Worker, open_store\n"
+    "from turn_kit import create_turn_runner, TurnHistoryEntry, TurnKitError"
+)
+"""What a program of the README's kind imports: the runtime, the kit and their data shapes."""
+
+
+def test_importing_the_packages_loads_only_their_shells() -> None:
+    # Each public name loads its module on first read (PEP 562): the import itself loads
+    # nothing of the runtime (issue 30: the import's cost as a ratio).
+    code = (
+        "import sys; before = set(sys.modules); import agency_runtime, turn_kit; "
+        "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in "
+        "('agency_runtime', 'turn_kit')))"
+    )
+    assert _fresh(code) == str(["agency_runtime", "agency_runtime._lazy", "turn_kit"])
+
+
+def test_a_first_use_of_the_packages_loads_nothing_heavy() -> None:
     # Compared with what the interpreter had loaded before the import: a site hook of the
     # environment may load some of these (certifi, say) in every interpreter, and the
     # dependencies the packages stand on (pydantic, anyio) load what their versions load
     # (pydantic 2.14's types module imports hashlib through secrets): what is ours is the rest.
     code = (
         "import sys; import pydantic, pydantic.types, pydantic_core, anyio; "
-        "before = set(sys.modules); import agency_runtime, turn_kit; "
+        f"before = set(sys.modules)\n{FIRST_USE}\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules and m not in before))"
     )
     assert _fresh(code) == "[]"
 
 
+@pytest.mark.parametrize("package", [agency_runtime, turn_kit], ids=lambda p: p.__name__)
+def test_each_lazy_name_is_the_one_type_checkers_see(package: ModuleType) -> None:
+    # The TYPE_CHECKING imports (what mypy, pyright and IDEs see) and _LAZY (what a read
+    # loads) name the same names from the same modules, and together they are __all__.
+    assert package.__file__ is not None
+    source = Path(package.__file__).read_text(encoding="utf-8")
+    seen: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for statement in node.body:
+                assert isinstance(statement, ast.ImportFrom)
+                assert statement.level == 1
+                for alias in statement.names:
+                    seen[alias.name] = f".{statement.module}"
+    lazy = vars(package)["_LAZY"]
+    assert seen == lazy
+    public = set(vars(package)["__all__"])
+    assert set(lazy) == public - {"__version__"}
+    assert set(dir(package)) >= public
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
+    for package in (agency_runtime, turn_kit):
+        with pytest.raises(AttributeError, match="no_such_name"):
+            package.no_such_name  # noqa: B018
+
+
 def test_importing_the_packages_builds_no_pydantic_schema() -> None:
     # Every model defers its schema to its first use (DeferredModel): none is built yet.
     code = (
-        "import agency_runtime, turn_kit\n"
+        f"{FIRST_USE}\n"
         "from pydantic import BaseModel\n"
         "def models(cls):\n"
         "    for sub in cls.__subclasses__():\n"
@@ -195,10 +242,9 @@ def test_the_packages_ship_py_typed() -> None:
 
 
 def _exported_exceptions() -> list[type[BaseException]]:
+    values = [getattr(agency_runtime, name) for name in agency_runtime.__all__]
     return [
-        value
-        for value in vars(agency_runtime).values()
-        if inspect.isclass(value) and issubclass(value, BaseException)
+        value for value in values if inspect.isclass(value) and issubclass(value, BaseException)
     ]
 
 

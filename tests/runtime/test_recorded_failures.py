@@ -49,6 +49,9 @@ def test_the_stored_format_is_unchanged() -> None:
 def test_a_fresh_process_decodes_every_recorded_kind() -> None:
     code = (
         "import json, sys\n"
+        # what a process that resumes a run loads: the runtime, whose units register the
+        # failures they record as they load
+        "from agency_runtime import agency\n"
         "from agency_runtime._durable._failures import decode_failure\n"
         "for kind, text in json.loads(sys.argv[1]).items():\n"
         "    exc = decode_failure(text)\n"
