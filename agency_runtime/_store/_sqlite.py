@@ -414,14 +414,15 @@ class SqliteStore(StoreCore):
             self._check_file(throttled=check == "throttled")
         return conn
 
-    async def _one(self, what: str, sql: Sql, *, check: Check = None) -> Result:
-        """:meth:`_run` of one statement, without a program around it (every step's commit)."""
+    async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
+        """:meth:`_run` of one statement, without a program around it (every step's commit);
+        ``what()`` is called only to name a failure."""
         with self._lock:
             conn = self._usable(check)
             try:
                 return _execute(conn, sql)
             except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
-                raise self._mapped(what, exc) from exc
+                raise self._mapped(what(), exc) from exc
 
     def _finished(self, status: str) -> None:
         """Fold a large WAL back into the database at a run's end, so the file stays small.

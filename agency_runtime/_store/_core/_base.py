@@ -91,14 +91,15 @@ class CoreBase(ABC):
         """Run the program ``work()`` (``tx``: in one transaction; ``several``: it always
         sends more than one statement), its errors mapped to the store's naming ``what``."""
 
-    async def _one(self, what: str, sql: Sql, *, check: Check = None) -> Result:
+    async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
         """Run the one statement ``sql`` (a one-statement program; an executor may run it
-        more directly: a step's commit is one, on every step)."""
+        more directly: a step's commit is one, on every step). ``what()`` names it in errors:
+        an executor that runs it inline builds that text only when it raises one."""
 
         def work() -> Op[Result]:
             return (yield sql)
 
-        return await self._run(what, work, check=check)
+        return await self._run(what(), work, check=check)
 
     def _session(self) -> int | None:
         """The liveness session this store holds for the runs it claims (``%(session)s``):

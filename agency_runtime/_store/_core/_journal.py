@@ -164,8 +164,11 @@ class JournalCore(CoreBase):
         values = entry.__dict__
         query = self._commit_step_sqls[_nulls(values)]
         params = {**values, "run": entry.run_id, "owner": owner}
-        what = f"commit step {entry.path!r} of run {entry.run_id!r}"
-        done = await self._one(what, Sql(query, params), check="throttled")
+        done = await self._one(
+            lambda: f"commit step {entry.path!r} of run {entry.run_id!r}",
+            Sql(query, params),
+            check="throttled",
+        )
         return done.rowcount == 1
 
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
