@@ -84,6 +84,17 @@ def _wants_arguments(fn: Callable[..., Any], exc: TypeError) -> bool:
     return False
 
 
+def _refuse_arguments(fn: Callable[..., Any], step_name: str, exc: TypeError) -> None:
+    """Raise :class:`InvalidArgumentError` from ``exc`` when it says that the step function
+    ``fn`` needs arguments (see :func:`_wants_arguments`); return when it is ``fn``'s own."""
+    if _wants_arguments(fn, exc):
+        raise InvalidArgumentError(
+            f"s.step() calls its function with no arguments, and {step_name} takes "
+            f"some ({exc}): a step function takes no arguments; pass them with a "
+            f"lambda, s.step(lambda: {step_name}(...)), or functools.partial"
+        ) from exc
+
+
 class ResumableScopeOpts(DeferredModel):
     """Options of a resumable scope: its name, module id, and result-checkpoint pinning."""
 
@@ -377,23 +388,26 @@ class ResumableScope:
                 "scopes": self._chain_json[1],
             }
 
-        async def once(attempt: Callable[[], Any]) -> Any:
+        def attempt(work: Callable[[], Any]) -> Awaitable[Any]:
+            return perform(
+                frame, self._journal, path, step_name, callsite, work,
+                encode=encode, run_frame=step_frame, fields=fields,
+            )  # fmt: skip
+
+        if policy is None:  # the step's one attempt, awaited here (no coroutine around it)
             try:
-                return await perform(
-                    frame, self._journal, path, step_name, callsite, attempt,
-                    encode=encode, run_frame=step_frame, fields=fields,
-                )  # fmt: skip
+                return await attempt(fn)
             except TypeError as exc:
-                if _wants_arguments(fn, exc):
-                    raise InvalidArgumentError(
-                        f"s.step() calls its function with no arguments, and {step_name} takes "
-                        f"some ({exc}): a step function takes no arguments; pass them with a "
-                        f"lambda, s.step(lambda: {step_name}(...)), or functools.partial"
-                    ) from exc
+                _refuse_arguments(fn, step_name, exc)
                 raise
 
-        if policy is None:
-            return await once(fn)
+        async def once(work: Callable[[], Any]) -> Any:
+            try:
+                return await attempt(work)
+            except TypeError as exc:
+                _refuse_arguments(fn, step_name, exc)
+                raise
+
         return await with_policy(frame, self._journal, path, step_name, policy, timeout, fn, once)
 
     def _adapter(self, fn: Callable[..., Any], returns: Any) -> Adapter | None:

@@ -268,18 +268,31 @@ class RunJournal:
             await self._persist(marker)
 
     async def _persist(self, entry: JournalEntry) -> None:
+        """:meth:`commit_step` of a patch marker (no hand-back: the step it precedes follows)."""
         if self.store is not None:
             assert self.owner is not None
             if not await self.store.commit_step(entry, owner=self.owner):
                 raise self._lost()
+        self._own(entry)
+
+    def _own(self, entry: JournalEntry) -> None:
+        """Index an entry this execution committed (nothing to replay there)."""
         self._index(entry)
-        self.claimed.add(entry.path)  # this execution's own: nothing to replay there
+        self.claimed.add(entry.path)
 
     async def commit_step(self, entry: JournalEntry) -> None:
-        """Persist a completed step (one transaction) and index it."""
+        """Persist a completed step (one transaction) and index it.
+
+        Every step commits here: the store is awaited directly, not through :meth:`_persist`
+        (a coroutine more per step)."""
         if self.markers:
             await self._write_markers()
-        await self._persist(entry)
+        store = self.store
+        if store is not None:
+            assert self.owner is not None
+            if not await store.commit_step(entry, owner=self.owner):
+                raise self._lost()
+        self._own(entry)
         if self.parking is not None and self.parking.requested:
             raise RunHandedBack()  # the holder asked the run to stop after this commit
 
