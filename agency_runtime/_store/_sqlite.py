@@ -414,7 +414,12 @@ class SqliteStore(StoreCore):
             self._check_file(throttled=check == "throttled")
         return conn
 
+    _inline = True
+
     async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
+        return self._one_now(what, sql, check=check)
+
+    def _one_now(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
         """:meth:`_run` of one statement, without a program around it (every step's commit);
         ``what()`` is called only to name a failure."""
         with self._lock:

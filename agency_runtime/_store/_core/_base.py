@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
 from pydantic_core import to_json
 
@@ -90,6 +90,15 @@ class CoreBase(ABC):
     ) -> T:
         """Run the program ``work()`` (``tx``: in one transaction; ``several``: it always
         sends more than one statement), its errors mapped to the store's naming ``what``."""
+
+    _inline: ClassVar[bool] = False
+    """Whether the executor runs statements inline on the calling thread (SQLite's does):
+    then :meth:`_one_now` runs one without awaiting anything."""
+
+    def _one_now(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
+        """:meth:`_one` run synchronously, by an executor that runs statements inline
+        (:attr:`_inline`): a step's commit, on every step, with no coroutine around it."""
+        raise NotImplementedError(f"{type(self).__name__} does not run statements inline")
 
     async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
         """Run the one statement ``sql`` (a one-statement program; an executor may run it
