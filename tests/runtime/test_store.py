@@ -140,6 +140,11 @@ async def test_a_failed_step_commit_names_the_step_and_the_run(tmp_path: Path) -
         entry = JournalEntry(run_id="r", seq=1, path="s/0", name="n", result="1")
         with pytest.raises(StoreError, match=r"failed to commit step 's/0' of run 'r': nope"):
             await store.commit_step(entry, owner="o")
+        # The store's one cursor goes on after a failed statement.
+        conn.execute("DROP TRIGGER refuse")
+        assert await store.commit_step(entry, owner="o")
+        journal = await store.load_journal("r")
+        assert [e.path for e in journal.entries] == ["s/0"]
     finally:
         store.close()
 
