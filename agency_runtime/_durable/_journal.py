@@ -137,11 +137,12 @@ class RunJournal:
                 self.answers[key] = answer.response
                 self.asked[key] = answer.interrupt
 
-    def _index(self, entry: JournalEntry) -> None:
+    def _index(self, entry: JournalEntry) -> str:
+        """Index ``entry``; return its path."""
         # The entry's fields read as one: each attribute of a pydantic model goes through
         # its __getattr__ hook, and this runs for every step committed or loaded.
         fields = entry.__dict__
-        path = fields["path"]
+        path: str = fields["path"]
         replaced = self.entries.get(path)
         if replaced is not None:
             self._count_spend(replaced, -1)
@@ -163,6 +164,7 @@ class RunJournal:
                     f"the journal of run {self.run_id!r} is damaged at step {entry.path!r}: "
                     f"unreadable scope chain ({exc})"
                 ) from exc
+        return path
 
     def _count_spend(self, entry: JournalEntry, sign: int) -> None:
         self.spent_pico += sign * entry.cost_pico
@@ -277,8 +279,7 @@ class RunJournal:
 
     def _own(self, entry: JournalEntry) -> None:
         """Index an entry this execution committed (nothing to replay there)."""
-        self._index(entry)
-        self.claimed.add(entry.path)
+        self.claimed.add(self._index(entry))
 
     async def commit_step(self, entry: JournalEntry) -> None:
         """Persist a completed step (one transaction) and index it.

@@ -163,7 +163,7 @@ class JournalCore(CoreBase):
         # not a getattr per column, on every step.
         values = entry.__dict__
         query = self._commit_step_sqls[_nulls(values)]
-        sql = Sql(query, {**values, "run": entry.run_id, "owner": owner})
+        sql = Sql(query, {**values, "run": values["run_id"], "owner": owner})
 
         def what() -> str:
             return f"commit step {entry.path!r} of run {entry.run_id!r}"
