@@ -33,6 +33,7 @@ from ._core import _observe
 from ._core._branches import at_base, qualify, tick
 from ._core._frame import (
     _FRAME,
+    Frame,
     Position,
     ScopeState,
     call_in_frame,
@@ -82,6 +83,17 @@ def _wants_arguments(fn: Callable[..., Any], exc: TypeError) -> bool:
     except ValueError:  # no signature to read (some builtins)
         return False
     return False
+
+
+def _refuse_arguments(fn: Callable[..., Any], step_name: str, exc: TypeError) -> None:
+    """Raise :class:`InvalidArgumentError` from ``exc`` when it says that the step function
+    ``fn`` needs arguments (see :func:`_wants_arguments`); return when it is ``fn``'s own."""
+    if _wants_arguments(fn, exc):
+        raise InvalidArgumentError(
+            f"s.step() calls its function with no arguments, and {step_name} takes "
+            f"some ({exc}): a step function takes no arguments; pass them with a "
+            f"lambda, s.step(lambda: {step_name}(...)), or functools.partial"
+        ) from exc
 
 
 class ResumableScopeOpts(DeferredModel):
@@ -341,21 +353,18 @@ class ResumableScope:
         adapter = self._adapter(fn, returns)
 
         def encode(result: Any) -> tuple[str, Any]:
-            def what() -> str:
-                return (
-                    f"step {path!r} ({step_name}) of scope {self.name!r} in run "
-                    f"{self._journal.run_id!r} returned a {type(result).__name__}"
-                )
-
             problem = json_problem(result)
             if problem is not None:
-                raise StepResultError(f"{what()}, which cannot be journaled as JSON: {problem}")
+                raise StepResultError(
+                    f"{self._returned(path, step_name, result)}, which cannot be journaled as "
+                    f"JSON: {problem}"
+                )
             try:
                 text = to_json(result).decode()
             except (PydanticSerializationError, TypeError, ValueError) as exc:
                 raise StepResultError(
-                    f"{what()}, which cannot be journaled as JSON ({exc}); return JSON data or "
-                    "a pydantic model"
+                    f"{self._returned(path, step_name, result)}, which cannot be journaled as "
+                    f"JSON ({exc}); return JSON data or a pydantic model"
                 ) from exc
             if adapter is None and type(result) in _SAME_AFTER_JSON:
                 return text, result  # a str, int, bool or None comes back as it went
@@ -364,37 +373,69 @@ class ResumableScope:
             except ValidationError as exc:
                 problems = validation_problems(exc)
                 raise StepResultError(
-                    f"{what()}, which does not fit the step's return type: {problems}"
+                    f"{self._returned(path, step_name, result)}, which does not fit the step's "
+                    f"return type: {problems}"
                 ) from exc
             return text, value
 
-        def fields() -> dict[str, Any]:
-            state = self.state
-            if self._chain_json[0] is not state.chain:
-                self._chain_json = (state.chain, to_json(state.chain).decode())
-            return {
-                "locals": to_json(locals_).decode() if (locals_ := state.locals) else None,
-                "scopes": self._chain_json[1],
-            }
+        if policy is not None:
+            return await self._retried(
+                frame, step_frame, path, fn, step_name, callsite, encode, policy, timeout
+            )
+        try:
+            return await perform(
+                frame, self._journal, path, step_name, callsite, fn,
+                encode=encode, run_frame=step_frame, fields=self._fields,
+            )  # fmt: skip
+        except TypeError as exc:
+            _refuse_arguments(fn, step_name, exc)
+            raise
 
-        async def once(attempt: Callable[[], Any]) -> Any:
+    async def _retried(
+        self,
+        frame: Frame,
+        step_frame: Frame,
+        path: str,
+        fn: Callable[[], Any],
+        step_name: str,
+        callsite: str,
+        encode: Callable[[Any], tuple[str, Any]],
+        policy: Retry,
+        timeout: float | None,
+    ) -> Any:
+        """:meth:`_execute` of a step with a retry policy: each attempt is performed as
+        :meth:`_execute` performs a step's one attempt (see :mod:`agency_runtime._policies`)."""
+
+        async def once(work: Callable[[], Any]) -> Any:
             try:
                 return await perform(
-                    frame, self._journal, path, step_name, callsite, attempt,
-                    encode=encode, run_frame=step_frame, fields=fields,
+                    frame, self._journal, path, step_name, callsite, work,
+                    encode=encode, run_frame=step_frame, fields=self._fields,
                 )  # fmt: skip
             except TypeError as exc:
-                if _wants_arguments(fn, exc):
-                    raise InvalidArgumentError(
-                        f"s.step() calls its function with no arguments, and {step_name} takes "
-                        f"some ({exc}): a step function takes no arguments; pass them with a "
-                        f"lambda, s.step(lambda: {step_name}(...)), or functools.partial"
-                    ) from exc
+                _refuse_arguments(fn, step_name, exc)
                 raise
 
-        if policy is None:
-            return await once(fn)
         return await with_policy(frame, self._journal, path, step_name, policy, timeout, fn, once)
+
+    def _fields(self) -> dict[str, Any]:
+        """The scope's columns of a step's entry: its locals and its chain (the chain's JSON
+        made once, while it stays the same)."""
+        state = self.state
+        if self._chain_json[0] is not state.chain:
+            self._chain_json = (state.chain, to_json(state.chain).decode())
+        return {
+            "locals": to_json(locals_).decode() if (locals_ := state.locals) else None,
+            "scopes": self._chain_json[1],
+        }
+
+    def _returned(self, path: str, step_name: str, result: Any) -> str:
+        """The start of a message about what the step at ``path`` returned (built only to
+        say why it cannot be journaled)."""
+        return (
+            f"step {path!r} ({step_name}) of scope {self.name!r} in run "
+            f"{self._journal.run_id!r} returned a {type(result).__name__}"
+        )
 
     def _adapter(self, fn: Callable[..., Any], returns: Any) -> Adapter | None:
         """:func:`return_adapter` of a step: a loop's steps are one function (one code), so

@@ -53,14 +53,7 @@ class CallsiteLocation(DeferredModel):
         return (self.module_id, self.scope_name, self.step_path)
 
 
-class Frame:
-    """What ``agency.*`` sees: run context, branch state, threads, globals, callsite, scope.
-
-    Immutable; :meth:`evolve` returns a modified copy.
-    """
-
-    __slots__ = ("callsite", "ctx", "globals", "position", "stack", "threads")
-
+class _FrameFields(NamedTuple):
     ctx: RuntimeContext
     stack: BranchState
     threads: ThreadStore
@@ -68,42 +61,59 @@ class Frame:
     callsite: Callsite | None
     position: Position
 
-    def __init__(
-        self,
+
+class Frame(_FrameFields):
+    """What ``agency.*`` sees: run context, branch state, threads, globals, callsite, scope.
+
+    Immutable: a tuple of its fields (nothing can change one after it is made, not even
+    ``object.__setattr__``), so making one is a single allocation: every step makes one.
+    :meth:`evolve` returns a modified copy. Frames compare and hash by identity, as
+    objects do, not by their fields as tuples do.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
         ctx: RuntimeContext,
         stack: BranchState,
         threads: ThreadStore,
         globals: dict[str, dict[str, Any]] | None = None,
         callsite: Callsite | None = None,
         position: Position | None = None,
-    ) -> None:
-        set_ = object.__setattr__
-        set_(self, "ctx", ctx)
-        set_(self, "stack", stack)
-        set_(self, "threads", threads)
-        set_(self, "globals", ctx.globals if globals is None else globals)
-        set_(self, "callsite", callsite)
-        set_(self, "position", ROOT if position is None else position)
+    ) -> Frame:
+        return _new_frame(
+            cls,
+            (
+                ctx,
+                stack,
+                threads,
+                ctx.globals if globals is None else globals,
+                callsite,
+                ROOT if position is None else position,
+            ),
+        )
+
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Frame is immutable; use frame.evolve(...) to derive a new one")
 
     def evolve(self, **changes: Any) -> Frame:
         """A copy of this frame with ``changes`` applied."""
-        frame = Frame.__new__(Frame)  # a copy field by field: it is made for every step
-        set_ = object.__setattr__
-        for name in Frame.__slots__:
-            set_(frame, name, getattr(self, name))
-        for name, value in changes.items():
-            if name not in Frame.__slots__:
-                raise TypeError(f"Frame has no field {name!r}")
-            set_(frame, name, value)
-        return frame
+        unknown = changes.keys() - _FIELDS
+        if unknown:
+            raise TypeError(f"Frame has no field {sorted(unknown)[0]!r}")
+        fields = zip(self._fields, self, strict=True)
+        return _new_frame(Frame, [changes.get(name, value) for name, value in fields])
 
     def at(self, callsite: Callsite, position: Position) -> Frame:
-        """``evolve(callsite=callsite, position=position)``, made for every step: built
-        field by field, without the keyword checks."""
-        return Frame(self.ctx, self.stack, self.threads, self.globals, callsite, position)
+        """``evolve(callsite=callsite, position=position)``, made for every step: one
+        allocation, without the keyword checks."""
+        return _new_frame(Frame, (self.ctx, self.stack, self.threads, self.globals, callsite,
+                                  position))  # fmt: skip
 
     def callsite_location(self) -> CallsiteLocation | None:
         """The callsite as a :class:`CallsiteLocation`, or ``None``."""
@@ -143,6 +153,11 @@ class Position(NamedTuple):
 
 
 ROOT = Position(None, "")
+
+
+_FIELDS = frozenset(_FrameFields._fields)
+_new_frame = tuple.__new__
+"""A frame from its fields in order (what :class:`Frame`'s constructor ends in)."""
 
 
 def position_of(frame: Frame) -> Position:

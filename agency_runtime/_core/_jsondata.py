@@ -50,6 +50,13 @@ def _where(path: list[str | int]) -> str:
 _LEAVES = frozenset({str, int, bool, type(None)})
 """Types whose values are always stored faithfully (exactly these: not subclasses)."""
 
+# The isinstance checks' types, as tuples made once: ``isinstance(x, int | str)`` builds
+# a union on every evaluation, and a step's result is checked on every step.
+_SCALARS = (bool, int, str)
+_SEQUENCES = (list, tuple)
+_SETS = (set, frozenset)
+_BINARIES = (bytes, bytearray, memoryview)
+
 
 def json_problem(value: Any) -> str | None:
     """Why ``value`` cannot be stored faithfully as JSON, or ``None`` when it can."""
@@ -58,7 +65,7 @@ def json_problem(value: Any) -> str | None:
     stack: list[tuple[Any, list[str | int]]] = [(value, [])]
     while stack:
         item, path = stack.pop()
-        if item is None or isinstance(item, bool | int | str):
+        if item is None or isinstance(item, _SCALARS):
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
@@ -68,7 +75,7 @@ def json_problem(value: Any) -> str | None:
             return f"it is nested more than {MAX_DEPTH} levels deep{_where(path[:3])}…"
         # A plain string, integer, boolean or None inside is fine at any depth: it is not
         # pushed (nor its path built), which is most of what a step's result holds.
-        if isinstance(item, list | tuple):
+        if isinstance(item, _SEQUENCES):
             stack.extend((v, [*path, i]) for i, v in enumerate(item) if type(v) not in _LEAVES)
             continue
         if isinstance(item, dict):
@@ -86,9 +93,9 @@ def json_problem(value: Any) -> str | None:
         if dataclasses.is_dataclass(item) and not isinstance(item, type):
             continue
         kind = type(item).__name__
-        if isinstance(item, set | frozenset):
+        if isinstance(item, _SETS):
             return f"the {kind}{_where(path)} would come back as a list; store a list"
-        if isinstance(item, bytes | bytearray | memoryview):
+        if isinstance(item, _BINARIES):
             return f"the {kind}{_where(path)} is not JSON; store text (e.g. base64) instead"
         return f"the {kind} object{_where(path)} is not JSON data"
     return None

@@ -137,11 +137,12 @@ class RunJournal:
                 self.answers[key] = answer.response
                 self.asked[key] = answer.interrupt
 
-    def _index(self, entry: JournalEntry) -> None:
+    def _index(self, entry: JournalEntry) -> str:
+        """Index ``entry``; return its path."""
         # The entry's fields read as one: each attribute of a pydantic model goes through
         # its __getattr__ hook, and this runs for every step committed or loaded.
         fields = entry.__dict__
-        path = fields["path"]
+        path: str = fields["path"]
         replaced = self.entries.get(path)
         if replaced is not None:
             self._count_spend(replaced, -1)
@@ -163,6 +164,7 @@ class RunJournal:
                     f"the journal of run {self.run_id!r} is damaged at step {entry.path!r}: "
                     f"unreadable scope chain ({exc})"
                 ) from exc
+        return path
 
     def _count_spend(self, entry: JournalEntry, sign: int) -> None:
         self.spent_pico += sign * entry.cost_pico
@@ -268,18 +270,30 @@ class RunJournal:
             await self._persist(marker)
 
     async def _persist(self, entry: JournalEntry) -> None:
+        """:meth:`commit_step` of a patch marker (no hand-back: the step it precedes follows)."""
         if self.store is not None:
             assert self.owner is not None
             if not await self.store.commit_step(entry, owner=self.owner):
                 raise self._lost()
-        self._index(entry)
-        self.claimed.add(entry.path)  # this execution's own: nothing to replay there
+        self._own(entry)
+
+    def _own(self, entry: JournalEntry) -> None:
+        """Index an entry this execution committed (nothing to replay there)."""
+        self.claimed.add(self._index(entry))
 
     async def commit_step(self, entry: JournalEntry) -> None:
-        """Persist a completed step (one transaction) and index it."""
+        """Persist a completed step (one transaction) and index it.
+
+        Every step commits here: the store is awaited directly, not through :meth:`_persist`
+        (a coroutine more per step)."""
         if self.markers:
             await self._write_markers()
-        await self._persist(entry)
+        store = self.store
+        if store is not None:
+            assert self.owner is not None
+            if not await store.commit_step(entry, owner=self.owner):
+                raise self._lost()
+        self._own(entry)
         if self.parking is not None and self.parking.requested:
             raise RunHandedBack()  # the holder asked the run to stop after this commit
 

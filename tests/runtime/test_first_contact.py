@@ -23,7 +23,9 @@ from agency_runtime import (
     EntryNotAllowedError,
     InvalidArgumentError,
     ResumableScope,
+    Retry,
     RunResult,
+    StepFailedError,
     Store,
     Worker,
     agency,
@@ -313,6 +315,26 @@ async def test_an_async_step_function_that_needs_arguments_too(store: Store) -> 
     assert result.error is not None
     assert result.error.type == "InvalidArgumentError"
     assert "takes no arguments" in result.error.message
+
+
+async def test_a_retried_step_function_that_needs_arguments_fails_each_attempt(
+    store: Store,
+) -> None:
+    async def entry() -> Any:
+        async def body(s: ResumableScope) -> Any:
+            with pytest.raises(StepFailedError) as caught:
+                await s.step(charge, retries=Retry(attempts=2, backoff=0))  # type: ignore[arg-type]
+            return [str(caught.value), type(caught.value.__cause__).__name__]
+
+        return await agency.with_resumable_scope("pay", body)
+
+    result = await agency.run(entry, run_id="retried-args", store=store)
+    assert result.status == "completed", result.error
+    message, cause = result.value
+    assert "failed after 2 attempt(s)" in message
+    assert "InvalidArgumentError" in message
+    assert "takes some" in message
+    assert cause == "InvalidArgumentError"
 
 
 # -- cron: five fields ----------------------------------------------------------------------

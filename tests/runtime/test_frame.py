@@ -17,7 +17,7 @@ from agency_runtime import (
     agency,
 )
 from agency_runtime._core._context import BranchState
-from agency_runtime._core._frame import Frame
+from agency_runtime._core._frame import Frame, Position
 
 pytestmark = pytest.mark.anyio
 
@@ -74,6 +74,25 @@ def test_frames_are_immutable_and_evolve_into_copies() -> None:
     assert frame.callsite is None
     assert moved.ctx is ctx
     assert moved.globals is ctx.globals
+
+
+def test_frames_are_immutable_even_to_object_setattr_and_compare_by_identity() -> None:
+    ctx = RuntimeContext("r")
+    frame = Frame(ctx, BranchState.for_context(ctx), ThreadStore.with_default_active())
+    with pytest.raises(AttributeError):
+        object.__setattr__(frame, "callsite", ("a", "b", "c"))
+    assert frame.callsite is None
+    with pytest.raises(TypeError, match="no field 'colour'"):
+        frame.evolve(colour="red")
+    same_fields = frame.evolve()
+    assert same_fields is not frame
+    assert same_fields != frame  # identity, as for any object: not field by field
+    assert frame == frame
+    assert len({frame, same_fields}) == 2  # hashable, although its globals are a dict
+    at = frame.at(("m", "s", "0"), Position(None, "s/0"))
+    assert (at.callsite, at.position.address, at.ctx, at.globals) == (
+        ("m", "s", "0"), "s/0", ctx, ctx.globals,
+    )  # fmt: skip
 
 
 def test_test_context_yields_its_frame_and_pops_it() -> None:

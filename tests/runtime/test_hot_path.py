@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import enum
 import functools
 import inspect
 import sqlite3
@@ -296,6 +297,12 @@ def _nested(depth: int, leaf: object) -> object:
         ({"a": [1, {2: "x"}]}, "the dict at ['a'][1] has a int key 2; JSON keys are strings "
          "(it would come back as a string)"),
         ({"e": ["x", b"y"]}, "the bytes at ['e'][1] is not JSON; store text (e.g. base64) instead"),
+        ([memoryview(b"m")], "the memoryview at [0] is not JSON; store text (e.g. base64) "
+         "instead"),
+        ({"s": frozenset({1})}, "the frozenset at ['s'] would come back as a list; store a list"),
+        ((1, ("t", [True, None])), None),  # tuples come back as lists: a documented round trip
+        ([enum.IntEnum("Level", "LOW").LOW], None),  # an int subclass is checked as an int
+        ([object()], "the object object at [0] is not JSON data"),
     ],
 )  # fmt: skip
 def test_plain_leaves_are_skipped_and_the_rest_checked(value: Any, problem: str | None) -> None:

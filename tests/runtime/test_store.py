@@ -127,6 +127,28 @@ def test_sqlite_store_uses_wal_and_creates_its_directory(tmp_path: Path) -> None
         store.close()
 
 
+async def test_a_failed_step_commit_names_the_step_and_the_run(tmp_path: Path) -> None:
+    # The commit's label is built only when it fails: it still says what failed.
+    store = SqliteStore(tmp_path / "a.db")
+    try:
+        await store.claim_run(record("r"), owner="o", lease_seconds=30)
+        conn = store._conn
+        assert conn is not None
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON steps BEGIN SELECT RAISE(ABORT, 'nope'); END"
+        )
+        entry = JournalEntry(run_id="r", seq=1, path="s/0", name="n", result="1")
+        with pytest.raises(StoreError, match=r"failed to commit step 's/0' of run 'r': nope"):
+            await store.commit_step(entry, owner="o")
+        # The store's one cursor goes on after a failed statement.
+        conn.execute("DROP TRIGGER refuse")
+        assert await store.commit_step(entry, owner="o")
+        journal = await store.load_journal("r")
+        assert [e.path for e in journal.entries] == ["s/0"]
+    finally:
+        store.close()
+
+
 def test_an_unwritable_location_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
 from pydantic_core import to_json
 
@@ -91,14 +91,24 @@ class CoreBase(ABC):
         """Run the program ``work()`` (``tx``: in one transaction; ``several``: it always
         sends more than one statement), its errors mapped to the store's naming ``what``."""
 
-    async def _one(self, what: str, sql: Sql, *, check: Check = None) -> Result:
+    _inline: ClassVar[bool] = False
+    """Whether the executor runs statements inline on the calling thread (SQLite's does):
+    then :meth:`_one_now` runs one without awaiting anything."""
+
+    def _one_now(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
+        """:meth:`_one` run synchronously, by an executor that runs statements inline
+        (:attr:`_inline`): a step's commit, on every step, with no coroutine around it."""
+        raise NotImplementedError(f"{type(self).__name__} does not run statements inline")
+
+    async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
         """Run the one statement ``sql`` (a one-statement program; an executor may run it
-        more directly: a step's commit is one, on every step)."""
+        more directly: a step's commit is one, on every step). ``what()`` names it in errors:
+        an executor that runs it inline builds that text only when it raises one."""
 
         def work() -> Op[Result]:
             return (yield sql)
 
-        return await self._run(what, work, check=check)
+        return await self._run(what(), work, check=check)
 
     def _session(self) -> int | None:
         """The liveness session this store holds for the runs it claims (``%(session)s``):

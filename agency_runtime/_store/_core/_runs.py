@@ -180,7 +180,7 @@ class RunsCore(CoreBase):
     async def note_trace_context(self, run_id: str, context: str) -> None:
         query = f"UPDATE {self._d.t}runs SET trace_context = %(context)s WHERE run_id = %(run)s"
         await self._one(
-            f"note the trace context of run {run_id!r}",
+            lambda: f"note the trace context of run {run_id!r}",
             Sql(query, {"run": run_id, "context": context}),
         )
 
