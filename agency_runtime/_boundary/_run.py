@@ -337,6 +337,7 @@ async def execute(
     lease_seconds: float | None = None,
     handback: HandBack | None = None,
     parent: RuntimeContext | None = None,
+    empty_journal: bool = False,
 ) -> RunResult:
     """Execute a claimed run and store its outcome; never leaves it ``running``.
 
@@ -349,7 +350,9 @@ async def execute(
     :data:`LEASE_SECONDS`). With ``handback`` (a worker's run), the run goes back to its
     queue instead: after the next step commit once ``handback.requested`` is set (a draining
     worker), and when it is interrupted from outside (another worker continues it from its
-    journal). With an observer installed (:mod:`agency_runtime.otel`) the execution is one
+    journal). ``fresh``: the claim created the run; ``empty_journal``: the claim found
+    nothing journaled for it (a queued run that never started); either way its journal is
+    not read. With an observer installed (:mod:`agency_runtime.otel`) the execution is one
     observed run, its steps inside it.
     """
     obs = _observe.OBSERVER
@@ -357,6 +360,7 @@ async def execute(
         return await _execute(
             store, record, owner, entry, args, kwargs,
             fresh=fresh, lease_seconds=lease_seconds, handback=handback, parent=parent,
+            empty_journal=empty_journal,
         )  # fmt: skip
     link = None if fresh else await read_trace_context(store, record.run_id)
     with obs.run(record.run_id, record.entry, record.attempts, link) as watch:
@@ -364,6 +368,7 @@ async def execute(
         result = await _execute(
             store, record, owner, entry, args, kwargs,
             fresh=fresh, lease_seconds=lease_seconds, handback=handback, parent=parent,
+            empty_journal=empty_journal,
         )  # fmt: skip
         watch.finished(result.status, result.cost, result.exception)
     return result
@@ -433,12 +438,13 @@ async def _execute(
     lease_seconds: float | None,
     handback: HandBack | None,
     parent: RuntimeContext | None,
+    empty_journal: bool,
 ) -> RunResult:
     """:func:`execute` without the observer: run, judge the ending, store it, return it."""
     attempt = _prepare(store, record, owner, lease_seconds, handback, parent)
     interrupted: BaseException | None = None
     try:
-        ending = await _run_leased(attempt, entry, args, kwargs, fresh=fresh)
+        ending = await _run_leased(attempt, entry, args, kwargs, fresh=fresh or empty_journal)
     except BaseException as exc:  # cancelled from outside, KeyboardInterrupt, SystemExit
         interrupted = exc
         ending = _interrupted(record.run_id, exc, worker=handback is not None)
@@ -710,9 +716,10 @@ def _validated(text: str, entry: Callable[..., Any], ref: str, returned: Any) ->
 async def _open_journal(
     store: Store, record: RunRecord, owner: str, ctx: RuntimeContext, *, fresh: bool
 ) -> RunJournal:
-    """The run's journal (empty for a run created by this claim, cached if this process
-    paused it, else loaded), hung on ``ctx``, whose spend starts from what the store holds:
-    the spend of every committed step plus the run's unjournaled spend."""
+    """The run's journal (empty for a run created by this claim or claimed with nothing
+    journaled, cached if this process paused it, else loaded), hung on ``ctx``, whose spend
+    starts from what the store holds: the spend of every committed step plus the run's
+    unjournaled spend."""
     journal = RunJournal(record.run_id, store, owner) if fresh else None
     if journal is None:
         journal = RUNTIME.journals.take(store, record.run_id, record.version)

@@ -37,7 +37,7 @@ from .._bounds import check_duration, check_seconds, check_whole
 from .._durable._leases import owner_id
 from .._durable._values import decode_arguments
 from .._errors import AgencyError, InvalidArgumentError, StoreError
-from .._store import RunRecord, Store
+from .._store import ClaimedRun, RunRecord, Store
 from ._handback import HandBack
 from ._queue import check_queue
 from ._run import LEASE_SECONDS, execute
@@ -156,9 +156,9 @@ class Worker:
                     free = self.concurrency - len(self._running)
                     self._looked = RUNTIME.clock.time()
                     claimed = await self._claim(store, free) if free > 0 else []
-                    for record in claimed:
+                    for record, empty in claimed:
                         self._running[record.run_id] = HandBack(self.park_after)
-                        group.start_soon(self._serve, store, record, name=record.run_id)
+                        group.start_soon(self._serve, store, record, empty, name=record.run_id)
                     if claimed and len(claimed) == free:
                         continue  # maybe more work; with no slot free the loop waits below
                     await self._wait(store)
@@ -169,9 +169,9 @@ class Worker:
             self._group = None
             self._serving.set()
 
-    async def _claim(self, store: Store, free: int) -> list[RunRecord]:
+    async def _claim(self, store: Store, free: int) -> list[ClaimedRun]:
         try:
-            return await store.claim_queued(
+            return await store.claim_queued_runs(
                 queues=self.queues,
                 owner=self.owner,
                 lease_seconds=self.lease,
@@ -252,7 +252,7 @@ class Worker:
         if self._waiting is not None:
             self._waiting.cancel()
 
-    async def _serve(self, store: Store, record: RunRecord) -> None:
+    async def _serve(self, store: Store, record: RunRecord, empty_journal: bool) -> None:
         handback = self._running[record.run_id]
         try:
             try:
@@ -272,6 +272,7 @@ class Worker:
                 kwargs,
                 lease_seconds=self.lease,
                 handback=handback,
+                empty_journal=empty_journal,
             )
             self.runs_finished += 1
         except Exception:  # execute() turns failures into results; this is a store failure

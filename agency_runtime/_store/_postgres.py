@@ -54,7 +54,7 @@ from pydantic_core import to_json
 from .._clock import Clock
 from .._errors import InvalidArgumentError, StoreError, StoreUnavailableError
 from .._secrets import mask
-from .._types import MemoryRecord, RunRecord
+from .._types import MemoryRecord
 from ._core import (
     Check,
     Dialect,
@@ -67,6 +67,7 @@ from ._core import (
 )
 from ._pg_pool import AsyncPool
 from ._pg_schema import LIVENESS_CLASS, SCHEMA_VERSION, channel, migrate, quoted
+from ._protocols import ClaimedRun
 from ._redact import is_secret_parameter, redact
 from ._rules import Bm25, text_tokens
 from ._wakeups import Wakeups
@@ -573,7 +574,7 @@ class PostgresStore(StoreCore):
         """The key of the liveness lock the listener holds, while it holds it."""
         return self._session_key if self._listening.is_set() else None
 
-    async def claim_queued(
+    async def claim_queued_runs(
         self,
         *,
         queues: Sequence[str],
@@ -581,13 +582,13 @@ class PostgresStore(StoreCore):
         lease_seconds: float,
         limit: int,
         exclude: Sequence[str] = (),
-    ) -> list[RunRecord]:
+    ) -> list[ClaimedRun]:
         """The core's claim, under this process's liveness session: the listener (started
         here if it is not yet) holds it, so a worker's first claims already carry it."""
         listening = self._listen()
         if not listening.is_set() and limit > 0:
             await anyio.to_thread.run_sync(listening.wait, _SESSION_WAIT_SECONDS)
-        return await super().claim_queued(
+        return await super().claim_queued_runs(
             queues=queues, owner=owner, lease_seconds=lease_seconds, limit=limit,
             exclude=exclude,
         )  # fmt: skip

@@ -69,6 +69,36 @@ async def test_a_worker_runs_queued_runs_once_each(store: Store) -> None:
     assert worker.running == frozenset()
 
 
+@agency.entry
+async def ask_then_add(a: int) -> int:
+    answer = await agency.interrupt("confirm", f"add {a}?")
+    return a + int(answer.value or 0)
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts journal loads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads: list[str] = []
+
+    async def load_journal(self, run_id: str):  # type: ignore[no-untyped-def]
+        self.loads.append(run_id)
+        return await super().load_journal(run_id)
+
+
+async def test_a_worker_reads_no_journal_for_a_run_that_never_started() -> None:
+    store = CountingStore()
+    await agency.enqueue(three_steps, 1, run_id="fresh", store=store)
+    paused = await agency.run(ask_then_add, 1, run_id="ask", store=store)
+    await agency.respond_to_interrupts(paused, [approve(2)], store=store, enqueue=True)
+    async with serving(Worker(store, poll=0.05)):
+        fresh = await agency.runs.wait("fresh", store=store, timeout=30)
+        answered = await agency.runs.wait("ask", store=store, timeout=30)
+    assert (fresh.value, answered.value) == (10, 3)  # the answer was read from its journal
+    assert "fresh" not in store.loads  # nothing to read: it never started
+
+
 GATE: dict[str, anyio.Event] = {}
 ACTIVE = {"now": 0, "most": 0}
 
