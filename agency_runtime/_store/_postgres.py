@@ -86,6 +86,7 @@ if TYPE_CHECKING:
 
     Conn = psycopg.Connection[tuple[Any, ...]]
     AConn = psycopg.AsyncConnection[tuple[Any, ...]]
+    ACursor = psycopg.AsyncCursor[tuple[Any, ...]]
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresDialect", "PostgresStore"]
 
@@ -125,13 +126,19 @@ def _execute(conn: Conn, program: Op[T]) -> T:
     return drive(program, one)
 
 
-async def _aexecute(conn: AConn, program: Op[T]) -> T:
-    """:func:`_execute` on an ``AsyncConnection``."""
+_TUPLES_OK = 2
+"""libpq's ``PGRES_TUPLES_OK`` (``psycopg.pq.ExecStatus.TUPLES_OK``): a result with rows."""
+
+
+async def _aexecute(cur: ACursor, program: Op[T]) -> T:
+    """:func:`_execute` on a cursor of an ``AsyncConnection`` (its connection's own: one
+    cursor per connection, reused, rather than a new one per statement)."""
     try:
         sql = next(program)
         while True:
-            cur = await conn.execute(sql.query, sql.params)
-            rows = await cur.fetchall() if cur.description is not None else []
+            await cur.execute(sql.query, sql.params)
+            result = cur.pgresult
+            rows = await cur.fetchall() if result and result.status == _TUPLES_OK else []
             sql = program.send(Result(rows, cur.rowcount))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
@@ -365,7 +372,10 @@ class PostgresStore(StoreCore):
                 f"cannot open connections to the PostgreSQL store {self._url}: "
                 f"{self._scrub(str(exc))}"
             ) from exc
-        # The asyncio path's connections: opened as tasks need them, none yet.
+        # The asyncio path's connections: opened as tasks need them, none yet; each with the
+        # cursor its statements run on (made once: a cursor costs more than a statement's
+        # own Python work on psycopg's side).
+        self._cursors: weakref.WeakKeyDictionary[AConn, ACursor] = weakref.WeakKeyDictionary()
         self._apool = AsyncPool(
             self._aconnect,
             max_size=max(min_size, max_size),
@@ -462,7 +472,10 @@ class PostgresStore(StoreCore):
                 try:
                     conn = await pool.get()
                     try:
-                        return await _aexecute(conn, work())
+                        cur = self._cursors.get(conn)
+                        if cur is None:
+                            cur = self._cursors[conn] = conn.cursor()
+                        return await _aexecute(cur, work())
                     finally:
                         pool.put(conn)
                 except (psycopg.Error, UnicodeEncodeError) as exc:
