@@ -112,6 +112,7 @@ class Worker:
         self._serving: anyio.Event | None = None
         self._group: anyio.CancelScope | None = None
         self._waiting: anyio.CancelScope | None = None
+        self._renewing: anyio.CancelScope | None = None
         self._due: float | None = None
         self._looked = -math.inf
         self._fire_now = True  # at start (occurrences missed while no worker ran), after errors
@@ -146,9 +147,11 @@ class Worker:
         store = RUNTIME.stores.resolve(self._store_arg)
         self._serving = anyio.Event()
         pruning = anyio.CancelScope()
+        self._renewing = renewing = anyio.CancelScope()
         try:
             async with anyio.create_task_group() as group:
                 self._group = group.cancel_scope
+                group.start_soon(self._renew, store, renewing)
                 if self.prune_after is not None:
                     group.start_soon(self._prune, store, self.prune_after, pruning)
                 while not self._draining:
@@ -165,6 +168,8 @@ class Worker:
                 pruning.cancel()
                 for handback in self._running.values():  # draining
                     handback.request()
+                if not self._running:
+                    renewing.cancel()  # else when the last run ends (_serve)
         finally:
             self._group = None
             self._serving.set()
@@ -183,6 +188,52 @@ class Worker:
         except StoreError as exc:
             logger.warning("worker %s: cannot claim runs (%s); retrying", self.owner, exc)
             return []
+
+    async def _renew(self, store: Store, scope: anyio.CancelScope) -> None:
+        """Renew the lease of every run this worker holds, every third of ``lease`` (on the
+        runtime's clock), until ``scope`` is cancelled (drained, its last run ended).
+
+        One loop for all of them instead of a task per run: a run claimed between two
+        rounds is renewed at the next, within a third of its lease, as its own task would.
+        A run whose lease was taken is logged once and renewed no more (its next commit
+        fails the lease check and stops it); a store that fails is logged and retried at the
+        next round (meanwhile the leases run on).
+        """
+        lost: set[str] = set()
+        with scope:
+            while True:
+                await RUNTIME.clock.sleep(self.lease / 3)
+                lost &= self._running.keys()
+                for run_id in [r for r in self._running if r not in lost]:
+                    try:
+                        renewed = await store.renew_lease(
+                            run_id, owner=self.owner, lease_seconds=self.lease
+                        )
+                    except StoreError as exc:
+                        logger.warning(
+                            "worker %s: cannot renew the lease of run %r (%s); retrying",
+                            self.owner,
+                            run_id,
+                            exc,
+                        )
+                        continue
+                    if not renewed and run_id in self._running:
+                        lost.add(run_id)
+                        await self._lost(store, run_id)
+
+    async def _lost(self, store: Store, run_id: str) -> None:
+        """Say that run ``run_id``'s lease was not renewed because another process holds
+        it now (not when the run just stored its own outcome, or was cancelled)."""
+        try:
+            current = await store.get_run(run_id)
+        except StoreError:
+            return
+        if current is not None and current.lease_owner not in (None, self.owner):
+            logger.warning(
+                "run %r: lost its lease (another process took the run over); "
+                "its outcome here will not be stored",
+                run_id,
+            )
 
     async def _fire_schedules(self, store: Store) -> None:
         """Start the schedules of this worker's queues that fell due (once each)."""
@@ -273,12 +324,15 @@ class Worker:
                 lease_seconds=self.lease,
                 handback=handback,
                 empty_journal=empty_journal,
+                renews=False,  # _renew renews it
             )
             self.runs_finished += 1
         except Exception:  # execute() turns failures into results; this is a store failure
             logger.exception("worker %s: run %r could not be run", self.owner, record.run_id)
         finally:
             del self._running[record.run_id]
+            if self._draining and not self._running and self._renewing is not None:
+                self._renewing.cancel()  # the last run ended: nothing to renew any more
             self._wake()
 
     async def _hand_back(self, store: Store, record: RunRecord, why: BaseException) -> None:

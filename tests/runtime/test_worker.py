@@ -99,6 +99,42 @@ async def test_a_worker_reads_no_journal_for_a_run_that_never_started() -> None:
     assert "fresh" not in store.loads  # nothing to read: it never started
 
 
+EXPIRIES: list[float] = []
+"""What ``long_on_the_clock`` read of its own lease after each pause."""
+
+
+@agency.entry
+async def long_on_the_clock(pauses: int) -> str:
+    for _ in range(pauses):
+        await agency.ctx().clock.sleep(0.05)  # work taking 0.05 s of the runtime's clock
+        record = await agency.ctx().store.get_run(agency.ctx().run_id)
+        assert record is not None
+        assert record.lease_expires_at is not None
+        EXPIRIES.append(record.lease_expires_at)
+    return "ok"
+
+
+async def test_a_worker_renews_the_leases_of_its_runs(
+    make_store: Callable[..., Store], fake_clock: FakeClock
+) -> None:
+    store = make_store(clock=fake_clock)
+    EXPIRIES.clear()
+    await agency.enqueue(long_on_the_clock, 6, run_id="long", store=store)
+    worker = Worker(store, lease=0.15, poll=0.05)
+    async with serving(worker):
+        await wait_for(lambda: "long" in worker.running)
+        for _ in range(6):  # 0.3 s of fake time: two leases
+            await anyio.wait_all_tasks_blocked()
+            fake_clock.advance(0.05)
+        result = await agency.runs.wait("long", store=store, timeout=30)
+    assert (result.status, result.value) == ("completed", "ok")
+    record = await agency.runs.get("long", store=store)
+    assert (record.attempts, record.lease_owner) == (1, None)  # never taken from it
+    assert len(EXPIRIES) == 6
+    assert EXPIRIES[-1] > EXPIRIES[0]  # still leased after more than one lease period
+    assert EXPIRIES[-1] > fake_clock.time() - 0.05  # renewed within the last period
+
+
 GATE: dict[str, anyio.Event] = {}
 ACTIVE = {"now": 0, "most": 0}
 
