@@ -114,6 +114,7 @@ class Worker:
         self._waiting: anyio.CancelScope | None = None
         self._renewing: anyio.CancelScope | None = None
         self._due: float | None = None
+        self._due_read = -math.inf  # when _due was read (anyio.current_time())
         self._looked = -math.inf
         self._fire_now = True  # at start (occurrences missed while no worker ran), after errors
         self.runs_finished = 0
@@ -164,7 +165,7 @@ class Worker:
                         group.start_soon(self._serve, store, record, empty, name=record.run_id)
                     if claimed and len(claimed) == free:
                         continue  # maybe more work; with no slot free the loop waits below
-                    await self._wait(store)
+                    await self._wait(store, full=free == 0)
                 pruning.cancel()
                 for handback in self._running.values():  # draining
                     handback.request()
@@ -274,28 +275,45 @@ class Worker:
                         )
                 await RUNTIME.clock.sleep(self.prune_every)
 
-    async def _wait(self, store: Store) -> None:
+    async def _wait(self, store: Store, *, full: bool) -> None:
         """Wait for a wake-up: the store's (a run queued, answered, finished), the next time
-        a parked run or a schedule falls due (on the runtime's clock), or ``poll``."""
+        a parked run or a schedule falls due (on the runtime's clock), or ``poll``.
+
+        ``full`` (no slot free): only a slot freeing (:meth:`_wake`), the next due time or
+        ``poll`` end the wait. The store's wake-ups are not waited for then (every run that
+        ends in any process rings them, and nothing can be claimed without a slot), and the
+        due time read less than ``poll`` ago is used again while it is still ahead.
+        """
         clock = RUNTIME.clock
-        try:
-            # Only what falls due after the last look: a due run that could not be claimed
-            # then (no slot, a queue limit) waits for a wake-up, and never hides a later one.
-            self._due = await store.next_wake(self.queues, after=self._looked)
-        except StoreError:
-            self._due, self._fire_now = None, True  # look again after the poll
+        now = anyio.current_time()
+        if not (
+            full
+            and now - self._due_read < self.poll
+            and (self._due is None or self._due > clock.time())
+        ):
+            try:
+                # Only what falls due after the last look: a due run that could not be
+                # claimed then (no slot, a queue limit) waits for a wake-up, and never hides
+                # a later one.
+                self._due = await store.next_wake(self.queues, after=self._looked)
+                self._due_read = now
+            except StoreError:
+                self._due, self._due_read, self._fire_now = None, -math.inf, True
+        wake = anyio.sleep(self.poll) if full else store.wait_for_runs(self.poll)
         with anyio.CancelScope() as self._waiting:
-            async with anyio.create_task_group() as race:
-                if self._due is not None and math.isfinite(self._due):
-                    left = self._due - clock.time()  # past: the clock only yields
+            if self._due is None or not math.isfinite(self._due):
+                await wake  # no task group: nothing to race
+            else:
+                left = self._due - clock.time()  # past: the clock only yields
+                async with anyio.create_task_group() as race:
 
                     async def timer() -> None:
                         await clock.sleep(left)
                         race.cancel_scope.cancel()
 
                     race.start_soon(timer)
-                await store.wait_for_runs(self.poll)
-                race.cancel_scope.cancel()
+                    await wake
+                    race.cancel_scope.cancel()
         self._waiting = None
 
     def _wake(self) -> None:
