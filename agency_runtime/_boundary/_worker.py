@@ -113,6 +113,7 @@ class Worker:
         self._group: anyio.CancelScope | None = None
         self._waiting: anyio.CancelScope | None = None
         self._renewing: anyio.CancelScope | None = None
+        self._woken = False  # _wake() was called since the serving loop last looked
         self._due: float | None = None
         self._due_read = -math.inf  # when _due was read (anyio.current_time())
         self._looked = -math.inf
@@ -156,6 +157,7 @@ class Worker:
                 if self.prune_after is not None:
                     group.start_soon(self._prune, store, self.prune_after, pruning)
                 while not self._draining:
+                    self._woken = False  # a slot that frees from now on is seen by _wait
                     await self._fire_schedules(store)
                     free = self.concurrency - len(self._running)
                     self._looked = RUNTIME.clock.time()
@@ -299,6 +301,8 @@ class Worker:
                 self._due_read = now
             except StoreError:
                 self._due, self._due_read, self._fire_now = None, -math.inf, True
+        if self._woken:
+            return  # a slot freed (or draining began) since the loop looked: look again
         wake = anyio.sleep(self.poll) if full else store.wait_for_runs(self.poll)
         with anyio.CancelScope() as self._waiting:
             if self._due is None or not math.isfinite(self._due):
@@ -317,7 +321,9 @@ class Worker:
         self._waiting = None
 
     def _wake(self) -> None:
-        """Let the serving loop look again now (a slot freed, or draining began)."""
+        """Let the serving loop look again now (a slot freed, or draining began), also when
+        it is not waiting yet (it looks before it waits)."""
+        self._woken = True
         if self._waiting is not None:
             self._waiting.cancel()
 

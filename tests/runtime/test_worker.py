@@ -99,6 +99,28 @@ async def test_a_worker_reads_no_journal_for_a_run_that_never_started() -> None:
     assert "fresh" not in store.loads  # nothing to read: it never started
 
 
+class SlowLookStore(MemoryStore):
+    """A memory store whose ``next_wake`` returns only once its worker has no run left
+    (a run ends while the worker looks at the store, before it waits)."""
+
+    worker: Worker | None = None
+
+    async def next_wake(self, queues, *, after=None):  # type: ignore[no-untyped-def]
+        while self.worker is not None and self.worker.running:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        return await super().next_wake(queues, after=after)
+
+
+async def test_a_slot_that_frees_while_the_worker_looks_is_not_missed() -> None:
+    store = SlowLookStore()
+    ids = [await agency.enqueue(three_steps, i, store=store) for i in range(2)]
+    store.worker = worker = Worker(store, concurrency=1, poll=60.0)
+    async with serving(worker):
+        with anyio.fail_after(10):  # not after the poll: the freed slot takes the next run
+            results = [await agency.runs.wait(i, store=store) for i in ids]
+    assert [r.value for r in results] == [0, 10]
+
+
 EXPIRIES: list[float] = []
 """What ``long_on_the_clock`` read of its own lease after each pause."""
 
