@@ -11,13 +11,13 @@ trio (psycopg's async API is asyncio-only), run on a connection of a psycopg 3
 back, while on the loop each would wait for the task's next turn, so on a busy loop a claim
 would hold its row locks, and keep a worker's slots empty, several times longer.
 
-Connections are in autocommit mode, and a statement a connection has run
-:data:`PREPARE_THRESHOLD` times is prepared on the server (psycopg's default), which spares
-PostgreSQL parsing and planning it again: most of the cost of the short statements a step
-makes. Poolers in transaction mode that cannot keep prepared statements (PgBouncer before
-1.21, or with ``max_prepared_statements = 0``) need ``prepare=False`` (``?prepare=false`` in
-the URL): then nothing is prepared. psycopg is imported when a store is built, never by
-``import agency_runtime``.
+Connections are in autocommit mode, and a statement a connection runs a second time is
+prepared on the server (:data:`PREPARE_THRESHOLD`), which spares PostgreSQL parsing it again
+and, once its first few executions were planned for their parameters, planning it: most of
+the cost of the short statements a step makes. Poolers in transaction mode that cannot
+keep prepared statements (PgBouncer before 1.21, or with ``max_prepared_statements = 0``)
+need ``prepare=False`` (``?prepare=false`` in the URL): then nothing is prepared. psycopg is
+imported when a store is built, never by ``import agency_runtime``.
 
 The semantics are the core's, with the guarantees a shared server needs: runs are held by
 leases that expire, and a worker's process says it lives with a session advisory lock its
@@ -102,9 +102,14 @@ _ROLLED_BACK = frozenset({"40000", "40001", "40P01"})
 rollback, serialization failure, deadlock. (psycopg's ``SerializationFailure`` and
 ``DeadlockDetected`` are not subclasses of its ``TransactionRollback``.)"""
 
-PREPARE_THRESHOLD = 5
-"""Executions of one statement on one connection after which it is prepared (psycopg's
-default), unless the store was opened with ``prepare=False``."""
+PREPARE_THRESHOLD = 1
+"""Executions of one statement on one connection after which it is prepared, unless the
+store was opened with ``prepare=False``. Not psycopg's default (5): PostgreSQL plans a
+prepared statement's first five executions for their parameters anyway (then settles on a
+generic plan), so with 5 each connection parsed and planned every statement ten times
+before it ran unplanned, a large share of a short-lived worker's statements (a claim's
+plan costs more than its execution). 1, not 0: a statement run once per connection (a
+migration's script) is never prepared."""
 
 CHECK_IDLE_SECONDS = 5.0
 """A pooled connection idle longer than this is checked (one round trip) before use."""
