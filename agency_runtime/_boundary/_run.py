@@ -337,6 +337,8 @@ async def execute(
     lease_seconds: float | None = None,
     handback: HandBack | None = None,
     parent: RuntimeContext | None = None,
+    empty_journal: bool = False,
+    renews: bool = True,
 ) -> RunResult:
     """Execute a claimed run and store its outcome; never leaves it ``running``.
 
@@ -349,14 +351,18 @@ async def execute(
     :data:`LEASE_SECONDS`). With ``handback`` (a worker's run), the run goes back to its
     queue instead: after the next step commit once ``handback.requested`` is set (a draining
     worker), and when it is interrupted from outside (another worker continues it from its
-    journal). With an observer installed (:mod:`agency_runtime.otel`) the execution is one
-    observed run, its steps inside it.
+    journal). ``fresh``: the claim created the run; ``empty_journal``: the claim found
+    nothing journaled for it (a queued run that never started); either way its journal is
+    not read. ``renews=False``: the caller renews the lease every third of
+    ``lease_seconds`` (a worker, for all of its runs at once). With an observer installed
+    (:mod:`agency_runtime.otel`) the execution is one observed run, its steps inside it.
     """
     obs = _observe.OBSERVER
     if obs is None:
         return await _execute(
             store, record, owner, entry, args, kwargs,
             fresh=fresh, lease_seconds=lease_seconds, handback=handback, parent=parent,
+            empty_journal=empty_journal, renews=renews,
         )  # fmt: skip
     link = None if fresh else await read_trace_context(store, record.run_id)
     with obs.run(record.run_id, record.entry, record.attempts, link) as watch:
@@ -364,6 +370,7 @@ async def execute(
         result = await _execute(
             store, record, owner, entry, args, kwargs,
             fresh=fresh, lease_seconds=lease_seconds, handback=handback, parent=parent,
+            empty_journal=empty_journal, renews=renews,
         )  # fmt: skip
         watch.finished(result.status, result.cost, result.exception)
     return result
@@ -405,6 +412,8 @@ class _Attempt:
     root: Recorder
     """Collects the spend made outside journaled steps (stored as the run's unjournaled spend)."""
     started: float
+    renews: bool
+    """Whether this execution renews its lease (else its caller does: a worker)."""
     journal: RunJournal | None = None
     """The run's journal, once it is open (``None`` if opening it failed)."""
 
@@ -433,12 +442,14 @@ async def _execute(
     lease_seconds: float | None,
     handback: HandBack | None,
     parent: RuntimeContext | None,
+    empty_journal: bool,
+    renews: bool,
 ) -> RunResult:
     """:func:`execute` without the observer: run, judge the ending, store it, return it."""
-    attempt = _prepare(store, record, owner, lease_seconds, handback, parent)
+    attempt = _prepare(store, record, owner, lease_seconds, handback, parent, renews)
     interrupted: BaseException | None = None
     try:
-        ending = await _run_leased(attempt, entry, args, kwargs, fresh=fresh)
+        ending = await _run_leased(attempt, entry, args, kwargs, fresh=fresh or empty_journal)
     except BaseException as exc:  # cancelled from outside, KeyboardInterrupt, SystemExit
         interrupted = exc
         ending = _interrupted(record.run_id, exc, worker=handback is not None)
@@ -462,6 +473,7 @@ def _prepare(
     lease_seconds: float | None,
     handback: HandBack | None,
     parent: RuntimeContext | None,
+    renews: bool,
 ) -> _Attempt:
     """One execution of the claimed ``record``, in a fresh context (the run's model and store,
     the runtime's clock)."""
@@ -477,7 +489,9 @@ def _prepare(
         share_run_locks(parent, ctx)
     lease = LEASE_SECONDS if lease_seconds is None else lease_seconds
     started = record.started_at or clock.time()
-    return _Attempt(store, record, owner, lease, handback, ctx, Recorder(keep=False), started)
+    return _Attempt(
+        store, record, owner, lease, handback, ctx, Recorder(keep=False), started, renews
+    )
 
 
 async def _run_leased(
@@ -488,26 +502,43 @@ async def _run_leased(
     *,
     fresh: bool,
 ) -> _Ending:
-    """Open the journal, run the entry and judge how it ended, renewing the lease meanwhile.
+    """Open the journal, run the entry and judge how it ended, renewing the lease meanwhile
+    (unless the caller renews it: a worker renews all of its runs' leases together).
 
     A failure of any kind (the entry's, the store's, ours) is the run's ending; only an
     interruption from outside propagates.
     """
-    store, record = attempt.store, attempt.record
+    if not attempt.renews:
+        return await _judged(attempt, entry, args, kwargs, fresh=fresh)
     ending = _Ending()
     async with anyio.create_task_group() as renewals:
+        store, record = attempt.store, attempt.record
         renewals.start_soon(_renew_lease, store, record.run_id, attempt.owner, attempt.lease)
         try:
-            journal = await _open_journal(store, record, attempt.owner, attempt.ctx, fresh=fresh)
-            attempt.journal = journal
-            journal.parking = attempt.handback  # a worker's run: it may be asked to stop or park
-            outcome = await _run_entry(attempt, journal, entry, args, kwargs)
-            ending = await _classify(record, journal, entry, outcome)
-        except Exception as exc:  # a failure of any kind is the run's result
-            ending = _failure(record.run_id, exc)
+            ending = await _judged(attempt, entry, args, kwargs, fresh=fresh)
         finally:
             renewals.cancel_scope.cancel()
     return ending
+
+
+async def _judged(
+    attempt: _Attempt,
+    entry: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    fresh: bool,
+) -> _Ending:
+    """Open the journal, run the entry and judge how it ended (any failure is the ending)."""
+    store, record = attempt.store, attempt.record
+    try:
+        journal = await _open_journal(store, record, attempt.owner, attempt.ctx, fresh=fresh)
+        attempt.journal = journal
+        journal.parking = attempt.handback  # a worker's run: it may be asked to stop or park
+        outcome = await _run_entry(attempt, journal, entry, args, kwargs)
+        return await _classify(record, journal, entry, outcome)
+    except Exception as exc:  # a failure of any kind is the run's result
+        return _failure(record.run_id, exc)
 
 
 async def _run_entry(
@@ -710,9 +741,10 @@ def _validated(text: str, entry: Callable[..., Any], ref: str, returned: Any) ->
 async def _open_journal(
     store: Store, record: RunRecord, owner: str, ctx: RuntimeContext, *, fresh: bool
 ) -> RunJournal:
-    """The run's journal (empty for a run created by this claim, cached if this process
-    paused it, else loaded), hung on ``ctx``, whose spend starts from what the store holds:
-    the spend of every committed step plus the run's unjournaled spend."""
+    """The run's journal (empty for a run created by this claim or claimed with nothing
+    journaled, cached if this process paused it, else loaded), hung on ``ctx``, whose spend
+    starts from what the store holds: the spend of every committed step plus the run's
+    unjournaled spend."""
     journal = RunJournal(record.run_id, store, owner) if fresh else None
     if journal is None:
         journal = RUNTIME.journals.take(store, record.run_id, record.version)

@@ -37,7 +37,7 @@ from .._bounds import check_duration, check_seconds, check_whole
 from .._durable._leases import owner_id
 from .._durable._values import decode_arguments
 from .._errors import AgencyError, InvalidArgumentError, StoreError
-from .._store import RunRecord, Store
+from .._store import ClaimedRun, RunRecord, Store
 from ._handback import HandBack
 from ._queue import check_queue
 from ._run import LEASE_SECONDS, execute
@@ -112,7 +112,10 @@ class Worker:
         self._serving: anyio.Event | None = None
         self._group: anyio.CancelScope | None = None
         self._waiting: anyio.CancelScope | None = None
+        self._renewing: anyio.CancelScope | None = None
+        self._woken = False  # _wake() was called since the serving loop last looked
         self._due: float | None = None
+        self._due_read = -math.inf  # when _due was read (anyio.current_time())
         self._looked = -math.inf
         self._fire_now = True  # at start (occurrences missed while no worker ran), after errors
         self.runs_finished = 0
@@ -146,32 +149,37 @@ class Worker:
         store = RUNTIME.stores.resolve(self._store_arg)
         self._serving = anyio.Event()
         pruning = anyio.CancelScope()
+        self._renewing = renewing = anyio.CancelScope()
         try:
             async with anyio.create_task_group() as group:
                 self._group = group.cancel_scope
+                group.start_soon(self._renew, store, renewing)
                 if self.prune_after is not None:
                     group.start_soon(self._prune, store, self.prune_after, pruning)
                 while not self._draining:
+                    self._woken = False  # a slot that frees from now on is seen by _wait
                     await self._fire_schedules(store)
                     free = self.concurrency - len(self._running)
                     self._looked = RUNTIME.clock.time()
                     claimed = await self._claim(store, free) if free > 0 else []
-                    for record in claimed:
+                    for record, empty in claimed:
                         self._running[record.run_id] = HandBack(self.park_after)
-                        group.start_soon(self._serve, store, record, name=record.run_id)
+                        group.start_soon(self._serve, store, record, empty, name=record.run_id)
                     if claimed and len(claimed) == free:
                         continue  # maybe more work; with no slot free the loop waits below
-                    await self._wait(store)
+                    await self._wait(store, full=free == 0)
                 pruning.cancel()
                 for handback in self._running.values():  # draining
                     handback.request()
+                if not self._running:
+                    renewing.cancel()  # else when the last run ends (_serve)
         finally:
             self._group = None
             self._serving.set()
 
-    async def _claim(self, store: Store, free: int) -> list[RunRecord]:
+    async def _claim(self, store: Store, free: int) -> list[ClaimedRun]:
         try:
-            return await store.claim_queued(
+            return await store.claim_queued_runs(
                 queues=self.queues,
                 owner=self.owner,
                 lease_seconds=self.lease,
@@ -183,6 +191,52 @@ class Worker:
         except StoreError as exc:
             logger.warning("worker %s: cannot claim runs (%s); retrying", self.owner, exc)
             return []
+
+    async def _renew(self, store: Store, scope: anyio.CancelScope) -> None:
+        """Renew the lease of every run this worker holds, every third of ``lease`` (on the
+        runtime's clock), until ``scope`` is cancelled (drained, its last run ended).
+
+        One loop for all of them instead of a task per run: a run claimed between two
+        rounds is renewed at the next, within a third of its lease, as its own task would.
+        A run whose lease was taken is logged once and renewed no more (its next commit
+        fails the lease check and stops it); a store that fails is logged and retried at the
+        next round (meanwhile the leases run on).
+        """
+        lost: set[str] = set()
+        with scope:
+            while True:
+                await RUNTIME.clock.sleep(self.lease / 3)
+                lost &= self._running.keys()
+                for run_id in [r for r in self._running if r not in lost]:
+                    try:
+                        renewed = await store.renew_lease(
+                            run_id, owner=self.owner, lease_seconds=self.lease
+                        )
+                    except StoreError as exc:
+                        logger.warning(
+                            "worker %s: cannot renew the lease of run %r (%s); retrying",
+                            self.owner,
+                            run_id,
+                            exc,
+                        )
+                        continue
+                    if not renewed and run_id in self._running:
+                        lost.add(run_id)
+                        await self._lost(store, run_id)
+
+    async def _lost(self, store: Store, run_id: str) -> None:
+        """Say that run ``run_id``'s lease was not renewed because another process holds
+        it now (not when the run just stored its own outcome, or was cancelled)."""
+        try:
+            current = await store.get_run(run_id)
+        except StoreError:
+            return
+        if current is not None and current.lease_owner not in (None, self.owner):
+            logger.warning(
+                "run %r: lost its lease (another process took the run over); "
+                "its outcome here will not be stored",
+                run_id,
+            )
 
     async def _fire_schedules(self, store: Store) -> None:
         """Start the schedules of this worker's queues that fell due (once each)."""
@@ -223,36 +277,57 @@ class Worker:
                         )
                 await RUNTIME.clock.sleep(self.prune_every)
 
-    async def _wait(self, store: Store) -> None:
+    async def _wait(self, store: Store, *, full: bool) -> None:
         """Wait for a wake-up: the store's (a run queued, answered, finished), the next time
-        a parked run or a schedule falls due (on the runtime's clock), or ``poll``."""
+        a parked run or a schedule falls due (on the runtime's clock), or ``poll``.
+
+        ``full`` (no slot free): only a slot freeing (:meth:`_wake`), the next due time or
+        ``poll`` end the wait. The store's wake-ups are not waited for then (every run that
+        ends in any process rings them, and nothing can be claimed without a slot), and the
+        due time read less than ``poll`` ago is used again while it is still ahead.
+        """
         clock = RUNTIME.clock
-        try:
-            # Only what falls due after the last look: a due run that could not be claimed
-            # then (no slot, a queue limit) waits for a wake-up, and never hides a later one.
-            self._due = await store.next_wake(self.queues, after=self._looked)
-        except StoreError:
-            self._due, self._fire_now = None, True  # look again after the poll
+        now = anyio.current_time()
+        if not (
+            full
+            and now - self._due_read < self.poll
+            and (self._due is None or self._due > clock.time())
+        ):
+            try:
+                # Only what falls due after the last look: a due run that could not be
+                # claimed then (no slot, a queue limit) waits for a wake-up, and never hides
+                # a later one.
+                self._due = await store.next_wake(self.queues, after=self._looked)
+                self._due_read = now
+            except StoreError:
+                self._due, self._due_read, self._fire_now = None, -math.inf, True
+        if self._woken:
+            return  # a slot freed (or draining began) since the loop looked: look again
+        wake = anyio.sleep(self.poll) if full else store.wait_for_runs(self.poll)
         with anyio.CancelScope() as self._waiting:
-            async with anyio.create_task_group() as race:
-                if self._due is not None and math.isfinite(self._due):
-                    left = self._due - clock.time()  # past: the clock only yields
+            if self._due is None or not math.isfinite(self._due):
+                await wake  # no task group: nothing to race
+            else:
+                left = self._due - clock.time()  # past: the clock only yields
+                async with anyio.create_task_group() as race:
 
                     async def timer() -> None:
                         await clock.sleep(left)
                         race.cancel_scope.cancel()
 
                     race.start_soon(timer)
-                await store.wait_for_runs(self.poll)
-                race.cancel_scope.cancel()
+                    await wake
+                    race.cancel_scope.cancel()
         self._waiting = None
 
     def _wake(self) -> None:
-        """Let the serving loop look again now (a slot freed, or draining began)."""
+        """Let the serving loop look again now (a slot freed, or draining began), also when
+        it is not waiting yet (it looks before it waits)."""
+        self._woken = True
         if self._waiting is not None:
             self._waiting.cancel()
 
-    async def _serve(self, store: Store, record: RunRecord) -> None:
+    async def _serve(self, store: Store, record: RunRecord, empty_journal: bool) -> None:
         handback = self._running[record.run_id]
         try:
             try:
@@ -272,12 +347,16 @@ class Worker:
                 kwargs,
                 lease_seconds=self.lease,
                 handback=handback,
+                empty_journal=empty_journal,
+                renews=False,  # _renew renews it
             )
             self.runs_finished += 1
         except Exception:  # execute() turns failures into results; this is a store failure
             logger.exception("worker %s: run %r could not be run", self.owner, record.run_id)
         finally:
             del self._running[record.run_id]
+            if self._draining and not self._running and self._renewing is not None:
+                self._renewing.cancel()  # the last run ended: nothing to renew any more
             self._wake()
 
     async def _hand_back(self, store: Store, record: RunRecord, why: BaseException) -> None:

@@ -18,6 +18,7 @@ from .._lazy import lazy_names
 from .._types import Claim, RunRecord
 from ._protocols import (
     AgentMemoryStore,
+    ClaimedRun,
     DocumentStore,
     EventLog,
     LockTable,
@@ -52,6 +53,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentMemoryStore",
     "Claim",
+    "ClaimedRun",
     "DocumentStore",
     "EventLog",
     "LockTable",

@@ -11,13 +11,13 @@ trio (psycopg's async API is asyncio-only), run on a connection of a psycopg 3
 back, while on the loop each would wait for the task's next turn, so on a busy loop a claim
 would hold its row locks, and keep a worker's slots empty, several times longer.
 
-Connections are in autocommit mode, and a statement a connection has run
-:data:`PREPARE_THRESHOLD` times is prepared on the server (psycopg's default), which spares
-PostgreSQL parsing and planning it again: most of the cost of the short statements a step
-makes. Poolers in transaction mode that cannot keep prepared statements (PgBouncer before
-1.21, or with ``max_prepared_statements = 0``) need ``prepare=False`` (``?prepare=false`` in
-the URL): then nothing is prepared. psycopg is imported when a store is built, never by
-``import agency_runtime``.
+Connections are in autocommit mode, and a statement a connection runs a second time is
+prepared on the server (:data:`PREPARE_THRESHOLD`), which spares PostgreSQL parsing it again
+and, once its first few executions were planned for their parameters, planning it: most of
+the cost of the short statements a step makes. Poolers in transaction mode that cannot
+keep prepared statements (PgBouncer before 1.21, or with ``max_prepared_statements = 0``)
+need ``prepare=False`` (``?prepare=false`` in the URL): then nothing is prepared. psycopg is
+imported when a store is built, never by ``import agency_runtime``.
 
 The semantics are the core's, with the guarantees a shared server needs: runs are held by
 leases that expire, and a worker's process says it lives with a session advisory lock its
@@ -54,7 +54,7 @@ from pydantic_core import to_json
 from .._clock import Clock
 from .._errors import InvalidArgumentError, StoreError, StoreUnavailableError
 from .._secrets import mask
-from .._types import MemoryRecord, RunRecord
+from .._types import MemoryRecord
 from ._core import (
     Check,
     Dialect,
@@ -67,6 +67,7 @@ from ._core import (
 )
 from ._pg_pool import AsyncPool
 from ._pg_schema import LIVENESS_CLASS, SCHEMA_VERSION, channel, migrate, quoted
+from ._protocols import ClaimedRun
 from ._redact import is_secret_parameter, redact
 from ._rules import Bm25, text_tokens
 from ._wakeups import Wakeups
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
 
     Conn = psycopg.Connection[tuple[Any, ...]]
     AConn = psycopg.AsyncConnection[tuple[Any, ...]]
+    ACursor = psycopg.AsyncCursor[tuple[Any, ...]]
 
 __all__ = ["PG_SCHEMA_VERSION", "PostgresDialect", "PostgresStore"]
 
@@ -100,9 +102,14 @@ _ROLLED_BACK = frozenset({"40000", "40001", "40P01"})
 rollback, serialization failure, deadlock. (psycopg's ``SerializationFailure`` and
 ``DeadlockDetected`` are not subclasses of its ``TransactionRollback``.)"""
 
-PREPARE_THRESHOLD = 5
-"""Executions of one statement on one connection after which it is prepared (psycopg's
-default), unless the store was opened with ``prepare=False``."""
+PREPARE_THRESHOLD = 1
+"""Executions of one statement on one connection after which it is prepared, unless the
+store was opened with ``prepare=False``. Not psycopg's default (5): PostgreSQL plans a
+prepared statement's first five executions for their parameters anyway (then settles on a
+generic plan), so with 5 each connection parsed and planned every statement ten times
+before it ran unplanned, a large share of a short-lived worker's statements (a claim's
+plan costs more than its execution). 1, not 0: a statement run once per connection (a
+migration's script) is never prepared."""
 
 CHECK_IDLE_SECONDS = 5.0
 """A pooled connection idle longer than this is checked (one round trip) before use."""
@@ -124,13 +131,19 @@ def _execute(conn: Conn, program: Op[T]) -> T:
     return drive(program, one)
 
 
-async def _aexecute(conn: AConn, program: Op[T]) -> T:
-    """:func:`_execute` on an ``AsyncConnection``."""
+_TUPLES_OK = 2
+"""libpq's ``PGRES_TUPLES_OK`` (``psycopg.pq.ExecStatus.TUPLES_OK``): a result with rows."""
+
+
+async def _aexecute(cur: ACursor, program: Op[T]) -> T:
+    """:func:`_execute` on a cursor of an ``AsyncConnection`` (its connection's own: one
+    cursor per connection, reused, rather than a new one per statement)."""
     try:
         sql = next(program)
         while True:
-            cur = await conn.execute(sql.query, sql.params)
-            rows = await cur.fetchall() if cur.description is not None else []
+            await cur.execute(sql.query, sql.params)
+            result = cur.pgresult
+            rows = await cur.fetchall() if result and result.status == _TUPLES_OK else []
             sql = program.send(Result(rows, cur.rowcount))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
@@ -150,10 +163,16 @@ class PostgresDialect(Dialect):
     no_limit = None
     now = "COALESCE(CAST(%(now)s AS float8), extract(epoch FROM clock_timestamp())::float8)"
     server_now = "SELECT extract(epoch FROM clock_timestamp())::float8"
+    # A holder's session is gone when its liveness lock can be taken: a shared try-lock on
+    # the key (never waits; held to the end of the statement's transaction) fails while the
+    # holder's session keeps its exclusive lock. One lock-table probe per running run
+    # looked at, where reading pg_locks copied the whole lock table on every claim (a few
+    # hundred microseconds of server CPU each, under load). A key no session can hold (a
+    # damaged row) is never gone: that run waits for its lease.
     session_gone = (
-        "(lease_session IS NOT NULL AND lease_session NOT IN (SELECT objid::bigint "
-        "FROM pg_catalog.pg_locks WHERE locktype = 'advisory' "
-        f"AND classid = {LIVENESS_CLASS}::oid AND objsubid = 2 AND granted))"
+        "(CASE WHEN lease_session BETWEEN 1 AND 2147483647 THEN "
+        f"pg_try_advisory_xact_lock_shared({LIVENESS_CLASS}, lease_session::int4) "
+        "ELSE false END)"
     )
     session_set = ", lease_session = %(session)s"
     folds = True
@@ -364,7 +383,10 @@ class PostgresStore(StoreCore):
                 f"cannot open connections to the PostgreSQL store {self._url}: "
                 f"{self._scrub(str(exc))}"
             ) from exc
-        # The asyncio path's connections: opened as tasks need them, none yet.
+        # The asyncio path's connections: opened as tasks need them, none yet; each with the
+        # cursor its statements run on (made once: a cursor costs more than a statement's
+        # own Python work on psycopg's side).
+        self._cursors: weakref.WeakKeyDictionary[AConn, ACursor] = weakref.WeakKeyDictionary()
         self._apool = AsyncPool(
             self._aconnect,
             max_size=max(min_size, max_size),
@@ -461,7 +483,10 @@ class PostgresStore(StoreCore):
                 try:
                     conn = await pool.get()
                     try:
-                        return await _aexecute(conn, work())
+                        cur = self._cursors.get(conn)
+                        if cur is None:
+                            cur = self._cursors[conn] = conn.cursor()
+                        return await _aexecute(cur, work())
                     finally:
                         pool.put(conn)
                 except (psycopg.Error, UnicodeEncodeError) as exc:
@@ -573,7 +598,7 @@ class PostgresStore(StoreCore):
         """The key of the liveness lock the listener holds, while it holds it."""
         return self._session_key if self._listening.is_set() else None
 
-    async def claim_queued(
+    async def claim_queued_runs(
         self,
         *,
         queues: Sequence[str],
@@ -581,13 +606,13 @@ class PostgresStore(StoreCore):
         lease_seconds: float,
         limit: int,
         exclude: Sequence[str] = (),
-    ) -> list[RunRecord]:
+    ) -> list[ClaimedRun]:
         """The core's claim, under this process's liveness session: the listener (started
         here if it is not yet) holds it, so a worker's first claims already carry it."""
         listening = self._listen()
         if not listening.is_set() and limit > 0:
             await anyio.to_thread.run_sync(listening.wait, _SESSION_WAIT_SECONDS)
-        return await super().claim_queued(
+        return await super().claim_queued_runs(
             queues=queues, owner=owner, lease_seconds=lease_seconds, limit=limit,
             exclude=exclude,
         )  # fmt: skip

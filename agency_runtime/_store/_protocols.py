@@ -25,7 +25,7 @@ stores commit inline.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from .._types import (
     PRUNABLE_STATUSES,
@@ -45,6 +45,7 @@ from .._types import (
 
 __all__ = [
     "AgentMemoryStore",
+    "ClaimedRun",
     "DocumentStore",
     "EventLog",
     "LockTable",
@@ -54,6 +55,17 @@ __all__ = [
     "ScheduleTable",
     "Store",
 ]
+
+
+class ClaimedRun(NamedTuple):
+    """A run a worker claimed (:meth:`RunQueue.claim_queued_runs`)."""
+
+    record: RunRecord
+    """The run as stored by the claim."""
+    empty_journal: bool
+    """``True`` when the run had journaled nothing when it was claimed (no step, answer or
+    checkpoint stored for it: a queued run that never started), so its journal is empty and
+    need not be read; ``False`` when it had, or the claim could not tell."""
 
 
 @runtime_checkable
@@ -276,6 +288,20 @@ class RunQueue(Protocol):
         ``wake_at`` and ``waiting_for`` cleared) and is returned as stored. Concurrent
         claimants never get the same run.
         """
+        ...
+
+    async def claim_queued_runs(
+        self,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[ClaimedRun]:
+        """:meth:`claim_queued`, each run with whether its journal is known to be empty
+        (:attr:`ClaimedRun.empty_journal`): a worker runs such a run without reading its
+        journal, one round trip fewer for every run that starts fresh."""
         ...
 
     async def next_wake(self, queues: Sequence[str], *, after: float | None = None) -> float | None:

@@ -189,13 +189,14 @@ async def test_on_asyncio_single_statements_run_on_the_event_loop_the_rest_on_th
     psycopg's async API cannot serve, everything does."""
     store = make_store()
     seen: list[tuple[str, int]] = []
-    blocking, awaited = psycopg.Connection.execute, psycopg.AsyncConnection.execute
+    # The asyncio path runs its statements on a cursor it keeps per connection.
+    blocking, awaited = psycopg.Connection.execute, psycopg.AsyncCursor.execute
 
     def blocking_spy(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
         seen.append(("blocking", threading.get_ident()))
         return blocking(self, *args, **kwargs)
 
-    async def awaited_spy(self: psycopg.AsyncConnection[Any], *args: Any, **kwargs: Any) -> Any:
+    async def awaited_spy(self: psycopg.AsyncCursor[Any], *args: Any, **kwargs: Any) -> Any:
         seen.append(("async", threading.get_ident()))
         return await awaited(self, *args, **kwargs)
 
@@ -205,7 +206,7 @@ async def test_on_asyncio_single_statements_run_on_the_event_loop_the_rest_on_th
         return kinds, threads
 
     monkeypatch.setattr(psycopg.Connection, "execute", blocking_spy)
-    monkeypatch.setattr(psycopg.AsyncConnection, "execute", awaited_spy)
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", awaited_spy)
     loop_thread = threading.get_ident()
     assert (await store.claim_run(_run("r"), owner="a", lease_seconds=60)).acquired
     kinds, threads = taken()

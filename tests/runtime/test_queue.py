@@ -282,6 +282,24 @@ async def ask_then_add(a: int) -> int:
     return a + int(answer.value or 0)
 
 
+@pytest.mark.parametrize("limited", [False, True], ids=["unlimited", "limited"])
+async def test_a_claim_says_which_runs_have_an_empty_journal(store: Store, limited: bool) -> None:
+    # A limited queue is claimed by the general program (a transaction), an unlimited one
+    # on PostgreSQL by one statement: both say it.
+    if limited:
+        await store.configure_queue("default", concurrency=10)
+    paused = await agency.run(ask_then_add, 1, run_id="ask", store=store)
+    await agency.respond_to_interrupts(paused, [approve(41)], store=store, enqueue=True)
+    await store.enqueue_run(_record("fresh"))
+    claimed = await store.claim_queued_runs(
+        queues=["default"], owner="w", lease_seconds=30, limit=5
+    )
+    empty = {run.record.run_id: run.empty_journal for run in claimed}
+    assert empty == {"ask": False, "fresh": True}
+    assert all(run.record.status == "running" for run in claimed)
+    assert (await store.load_journal("fresh")).entries == []
+
+
 async def test_an_answer_with_enqueue_hands_the_paused_run_to_a_queue(store: Store) -> None:
     paused = await agency.run(ask_then_add, 1, run_id="ask", store=store)
     assert paused.status == "paused"

@@ -69,6 +69,94 @@ async def test_a_worker_runs_queued_runs_once_each(store: Store) -> None:
     assert worker.running == frozenset()
 
 
+@agency.entry
+async def ask_then_add(a: int) -> int:
+    answer = await agency.interrupt("confirm", f"add {a}?")
+    return a + int(answer.value or 0)
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts journal loads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads: list[str] = []
+
+    async def load_journal(self, run_id: str):  # type: ignore[no-untyped-def]
+        self.loads.append(run_id)
+        return await super().load_journal(run_id)
+
+
+async def test_a_worker_reads_no_journal_for_a_run_that_never_started() -> None:
+    store = CountingStore()
+    await agency.enqueue(three_steps, 1, run_id="fresh", store=store)
+    paused = await agency.run(ask_then_add, 1, run_id="ask", store=store)
+    await agency.respond_to_interrupts(paused, [approve(2)], store=store, enqueue=True)
+    async with serving(Worker(store, poll=0.05)):
+        fresh = await agency.runs.wait("fresh", store=store, timeout=30)
+        answered = await agency.runs.wait("ask", store=store, timeout=30)
+    assert (fresh.value, answered.value) == (10, 3)  # the answer was read from its journal
+    assert "fresh" not in store.loads  # nothing to read: it never started
+
+
+class SlowLookStore(MemoryStore):
+    """A memory store whose ``next_wake`` returns only once its worker has no run left
+    (a run ends while the worker looks at the store, before it waits)."""
+
+    worker: Worker | None = None
+
+    async def next_wake(self, queues, *, after=None):  # type: ignore[no-untyped-def]
+        while self.worker is not None and self.worker.running:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+        return await super().next_wake(queues, after=after)
+
+
+async def test_a_slot_that_frees_while_the_worker_looks_is_not_missed() -> None:
+    store = SlowLookStore()
+    ids = [await agency.enqueue(three_steps, i, store=store) for i in range(2)]
+    store.worker = worker = Worker(store, concurrency=1, poll=60.0)
+    async with serving(worker):
+        with anyio.fail_after(10):  # not after the poll: the freed slot takes the next run
+            results = [await agency.runs.wait(i, store=store) for i in ids]
+    assert [r.value for r in results] == [0, 10]
+
+
+EXPIRIES: list[float] = []
+"""What ``long_on_the_clock`` read of its own lease after each pause."""
+
+
+@agency.entry
+async def long_on_the_clock(pauses: int) -> str:
+    for _ in range(pauses):
+        await agency.ctx().clock.sleep(0.05)  # work taking 0.05 s of the runtime's clock
+        record = await agency.ctx().store.get_run(agency.ctx().run_id)
+        assert record is not None
+        assert record.lease_expires_at is not None
+        EXPIRIES.append(record.lease_expires_at)
+    return "ok"
+
+
+async def test_a_worker_renews_the_leases_of_its_runs(
+    make_store: Callable[..., Store], fake_clock: FakeClock
+) -> None:
+    store = make_store(clock=fake_clock)
+    EXPIRIES.clear()
+    await agency.enqueue(long_on_the_clock, 6, run_id="long", store=store)
+    worker = Worker(store, lease=0.15, poll=0.05)
+    async with serving(worker):
+        await wait_for(lambda: "long" in worker.running)
+        for _ in range(6):  # 0.3 s of fake time: two leases
+            await anyio.wait_all_tasks_blocked()
+            fake_clock.advance(0.05)
+        result = await agency.runs.wait("long", store=store, timeout=30)
+    assert (result.status, result.value) == ("completed", "ok")
+    record = await agency.runs.get("long", store=store)
+    assert (record.attempts, record.lease_owner) == (1, None)  # never taken from it
+    assert len(EXPIRIES) == 6
+    assert EXPIRIES[-1] > EXPIRIES[0]  # still leased after more than one lease period
+    assert EXPIRIES[-1] > fake_clock.time() - 0.05  # renewed within the last period
+
+
 GATE: dict[str, anyio.Event] = {}
 ACTIVE = {"now": 0, "most": 0}
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..._errors import InvalidArgumentError, StoreError
 from ..._types import Claim, RunRecord
+from .._protocols import ClaimedRun
 from .._rows import run_values
 from .._rules import pick_claims, queued_record
 from ._base import COLS, COLUMNS, VALUES, CoreBase
@@ -18,6 +19,10 @@ from ._program import Op, Sql
 __all__ = ["QueuesCore"]
 
 _PRIORITY, _CREATED = COLUMNS.index("priority"), COLUMNS.index("created_at")
+_SEQ = len(COLUMNS)
+"""In a row of the folded claim: the run's insertion order (then whether its journal is empty)."""
+_JOURNAL_TABLES = ("steps", "interrupts", "checkpoints")
+"""The tables holding a run's journal (what ``load_journal`` reads)."""
 
 
 class QueuesCore(CoreBase):
@@ -53,6 +58,21 @@ class QueuesCore(CoreBase):
         limit: int,
         exclude: Sequence[str] = (),
     ) -> list[RunRecord]:
+        claimed = await self.claim_queued_runs(
+            queues=queues, owner=owner, lease_seconds=lease_seconds, limit=limit,
+            exclude=exclude,
+        )  # fmt: skip
+        return [run.record for run in claimed]
+
+    async def claim_queued_runs(
+        self,
+        *,
+        queues: Sequence[str],
+        owner: str,
+        lease_seconds: float,
+        limit: int,
+        exclude: Sequence[str] = (),
+    ) -> list[ClaimedRun]:
         names = list(dict.fromkeys(queues))
         if limit <= 0 or not names:
             return []
@@ -67,7 +87,7 @@ class QueuesCore(CoreBase):
             if folded is not None:
                 return folded
 
-        def work() -> Op[list[RunRecord]]:
+        def work() -> Op[list[ClaimedRun]]:
             now = yield from self._now()
             # Limited queues: their rows are locked for the rest of this transaction, so no
             # other claimant counts their running runs until these claims are committed.
@@ -118,7 +138,18 @@ class QueuesCore(CoreBase):
                  "ids": d.array(taken), "session": self._session()},
             )  # fmt: skip
             claimed = {run.run_id: run for run in map(run_record, updated.rows)}
-            return [claimed[run_id] for run_id in taken]
+            # Which of them journaled something: later than the claim, but its row locks
+            # keep a holder that lost the run from committing more until this transaction
+            # ends (and then its lease check fails), so nothing is missed.
+            journaled = yield Sql(
+                " UNION ".join(
+                    f"SELECT run_id FROM {t}{table} WHERE run_id{d.among('ids')}"
+                    for table in _JOURNAL_TABLES
+                ),
+                {"ids": d.array(taken)},
+            )
+            seen = {str(row[0]) for row in journaled.rows}
+            return [ClaimedRun(claimed[run_id], run_id not in seen) for run_id in taken]
 
         return await self._run(what, work, tx=True, check="throttled")
 
@@ -127,7 +158,15 @@ class QueuesCore(CoreBase):
         d = self._d
         t = d.t
         returned = ", ".join(f"u.{c}" for c in COLUMNS)
-        nulls = ", ".join(["NULL"] * (len(COLUMNS) + 1))
+        nulls = ", ".join(["NULL"] * (len(COLUMNS) + 2))
+        # Whether a claimed run's journal is empty: only said of a run that was queued in
+        # this statement's snapshot. A queued run has no holder, so no step, checkpoint or
+        # answer can be committed for it after the snapshot; a running run taken from a
+        # holder that lost it might commit one in between (read later, from the journal).
+        empty = "picked.status = 'queued' AND " + " AND ".join(
+            f"NOT EXISTS (SELECT 1 FROM {t}{table} j WHERE j.run_id = u.run_id)"
+            for table in _JOURNAL_TABLES
+        )
 
         def due(status: str) -> str:
             # The first %(n)s runs of one queue (q) in claim order, locked (SKIP LOCKED, as
@@ -136,7 +175,8 @@ class QueuesCore(CoreBase):
             # sorting every queued run of a list of queues.
             unclaimed = d.among("skip", negated=True)
             return (
-                f"SELECT r.run_id, r.priority, r.created_at, r.{d.seq} AS seq FROM {t}runs r "
+                f"SELECT r.run_id, r.status, r.priority, r.created_at, r.{d.seq} AS seq "
+                f"FROM {t}runs r "
                 f"WHERE r.queue = q.name AND ({status}) "
                 f"AND r.run_id{unclaimed} AND NOT EXISTS (SELECT 1 FROM capped) "
                 f"ORDER BY r.priority DESC, r.created_at, r.{d.seq} LIMIT %(n)s{d.skip_locked}"
@@ -160,26 +200,27 @@ class QueuesCore(CoreBase):
             f"due AS (SELECT c.* FROM {queues}, LATERAL ({due(runnable)}) c "
             f"UNION ALL SELECT c.* FROM {queues}, "
             f"LATERAL ({due(waking)}) c), "
-            "picked AS (SELECT run_id FROM due ORDER BY priority DESC, created_at, seq "
-            "LIMIT %(n)s), "
+            "picked AS (SELECT run_id, status FROM due ORDER BY priority DESC, created_at, "
+            "seq LIMIT %(n)s), "
             f"claimed AS (UPDATE {t}runs u SET status = 'running', attempts = u.attempts + 1, "
             "version = u.version + 1, started_at = COALESCE(u.started_at, t.now), "
             "updated_at = t.now, lease_owner = %(owner)s, "
             f"lease_expires_at = t.now + %(lease)s{d.session_set}, wake_at = NULL, "
             "waiting_for = NULL FROM picked, t WHERE u.run_id = picked.run_id "
-            f"RETURNING {returned}, u.{d.seq}) "
+            f"RETURNING {returned}, u.{d.seq}, {empty}) "
             f"SELECT *, false FROM claimed UNION ALL SELECT {nulls}, true FROM capped"
         )
 
-    def _claim_folded(self, params: dict[str, Any]) -> Op[list[RunRecord] | None]:
-        """:meth:`claim_queued` in one statement (a dialect that :attr:`~.Dialect.folds`);
-        ``None`` when a queue among them is limited: then the general program claims, in a
-        transaction that locks the limited queues' rows while it counts their runs."""
+    def _claim_folded(self, params: dict[str, Any]) -> Op[list[ClaimedRun] | None]:
+        """:meth:`claim_queued_runs` in one statement (a dialect that
+        :attr:`~.Dialect.folds`); ``None`` when a queue among them is limited: then the
+        general program claims, in a transaction that locks the limited queues' rows while
+        it counts their runs."""
         rows = (yield Sql(self._claim_folded_sql, params)).rows
         if rows and rows[-1][-1]:
             return None
-        rows.sort(key=lambda row: (-row[_PRIORITY], row[_CREATED], row[len(COLUMNS)]))
-        return [run_record(row) for row in rows]
+        rows.sort(key=lambda row: (-row[_PRIORITY], row[_CREATED], row[_SEQ]))
+        return [ClaimedRun(run_record(row), bool(row[_SEQ + 1])) for row in rows]
 
     async def configure_queue(self, name: str, *, concurrency: int | None) -> None:
         if concurrency is not None and (
