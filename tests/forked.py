@@ -54,19 +54,26 @@ SHIM = Path(__file__).resolve().with_name("forked_shim.py")
 
 RUNTIME_IMPORTS = (
     "anyio",
+    "anyio._backends._asyncio",
     "asyncio",
     "httpx",
     "pydantic",
     "queue",
     "sqlite3",
     "subprocess",
+    "argparse",
     # the runtime itself: ``import agency_runtime`` is a shell that loads each public name's
     # module on first read, and the facade (``agency``) loads nearly all of them
     "agency_runtime._facade",
+    "agency_runtime._store._sqlite",
+    "agency_runtime._llm._provider",
+    "agency_runtime.cli",
 ) + (("psycopg", "psycopg_pool") if importlib.util.find_spec("psycopg_pool") else ())
 """The imports every program of the crash, process and CLI tests pays for: nearly every one
-runs an event loop (asyncio) and several start processes of their own; the postgres ones
-import psycopg (~80 ms each)."""
+runs an event loop (asyncio: anyio's backend for it is imported by the first ``anyio.run``,
+~18 ms a child), opens a store (the SQLite store and the store core, imported on first use)
+and calls a model, half of them through the CLI; several start processes of their own; the
+postgres ones import psycopg (~80 ms each)."""
 
 SERVER = r"""
 import atexit, builtins, ctypes, importlib, json, os, runpy, selectors, signal, socket, sys

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -104,3 +106,12 @@ def app_module(
     sys.modules.pop(name, None)
     yield importlib.import_module(name)
     sys.modules.pop(name, None)
+
+
+@functools.cache
+def loopback_tls() -> ssl.SSLContext:
+    """The ``verify=`` of the tests' own HTTP clients of loopback servers (plain ``http://``).
+
+    Without one, httpx builds a TLS context for each client, loading the whole CA bundle (~25
+    ms of CPU), for connections that never use TLS; the Slack kill soak alone made 16."""
+    return ssl.create_default_context()

@@ -109,13 +109,19 @@ def test_two_children_that_end_at_once_are_both_seen(fork_server: ForkServer) ->
 
 
 WAITER = """
-import os, signal, sys
+import os, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))  # SIGINT: KeyboardInterrupt
 print(os.getpid(), os.getppid(), flush=True)
 print("on stderr", file=sys.stderr, flush=True)
-signal.pause()
+while True:
+    time.sleep(1)
 """
-"""A child that says who it and its parent are, then waits for a signal."""
+"""A child that says who it and its parent are, then waits for a signal.
+
+Not ``signal.pause()``: a signal that arrives after the prints but before ``pause()`` starts
+has been handled at the C level already, and ``pause()`` waits for another (the SIGINT test
+hung so, once, on a busy machine). A sleep is cut short by the signal, and a signal it missed
+is acted on when it returns."""
 
 
 class Launched:

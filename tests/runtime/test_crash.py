@@ -97,7 +97,9 @@ def make_step(i):
         note(f"start {i}")
         die("after_start", i)
         if STEP_DELAY and i >= SLOW_FROM:
-            time.sleep(STEP_DELAY)  # a little work, so the worker still runs when killed
+            # A little work, so the worker still runs when killed; the last step waits for
+            # the kill (bounded), however late a busy machine lets the test see its line.
+            time.sleep(STEP_DELAY if i < N - 1 else 120)
         note(f"end {i}")
         die("after_end", i)
         return i
@@ -184,7 +186,8 @@ class Crash:
         """Run a worker; SIGKILL it from outside ``after`` s after ``line`` is in the ledger.
 
         The steps from the one of ``line`` on take ``step_delay`` s each (the ones before it
-        have no work to do): the worker is still running when the signal arrives.
+        have no work to do), and the last one lasts until the kill: the worker is still
+        running when the signal arrives.
         """
         proc = self.start(STEP_DELAY=str(step_delay), SLOW_FROM=line.split()[1])
         deadline = time.monotonic() + DEADLINE

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import loopback_tls
 from turn_kit.slack._fake import FakeSlackApi
 
 TOKEN = "xoxb-fake-token"
@@ -24,7 +25,9 @@ def api() -> Iterator[FakeSlackApi]:
 
 @pytest.fixture
 def http(api: FakeSlackApi) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=api.base_url, headers=AUTH, timeout=5) as client:
+    with httpx.Client(
+        base_url=api.base_url, headers=AUTH, timeout=5, verify=loopback_tls()
+    ) as client:
         yield client
 
 
@@ -54,7 +57,7 @@ def test_lifecycle_port_and_base_url() -> None:
 
 
 def test_the_token_is_checked_as_slack_does(api: FakeSlackApi) -> None:
-    with httpx.Client(base_url=api.base_url, timeout=5) as anonymous:
+    with httpx.Client(base_url=api.base_url, timeout=5, verify=loopback_tls()) as anonymous:
         missing = anonymous.post("auth.test")
         wrong = anonymous.post("auth.test", headers={"Authorization": "Bearer xoxb-wrong"})
         as_form = anonymous.post("auth.test", data={"token": TOKEN})
@@ -81,7 +84,7 @@ def test_the_token_is_checked_as_slack_does(api: FakeSlackApi) -> None:
 def test_auth_test_names_the_bot() -> None:
     with (
         FakeSlackApi(token="xoxb-t-1", bot_user_id="U9", bot_id="B9", team_id="T9") as api,
-        httpx.Client(base_url=api.base_url, timeout=5) as http,
+        httpx.Client(base_url=api.base_url, timeout=5, verify=loopback_tls()) as http,
     ):
         body = http.post("auth.test", headers={"Authorization": "Bearer xoxb-t-1"}).json()
     assert body["ok"] is True
@@ -285,7 +288,9 @@ def test_stop_ends_a_withheld_answer() -> None:
     api = FakeSlackApi().start()
     api.fail_next("auth.test", "timeout_after_store", hang=30)
     with (
-        httpx.Client(base_url=api.base_url, headers=AUTH, timeout=0.2) as http,
+        httpx.Client(
+            base_url=api.base_url, headers=AUTH, timeout=0.2, verify=loopback_tls()
+        ) as http,
         pytest.raises(httpx.ReadTimeout),
     ):
         http.post("auth.test")

@@ -27,6 +27,7 @@ import pytest
 
 from agency_runtime import SqliteStore, agency
 from tests.forked import ForkedProcess, ForkServer
+from tests.support import loopback_tls
 from turn_kit import agency_ctx, conversation_key, conversation_tag
 from turn_kit.slack import FakeSlackApi
 
@@ -90,7 +91,9 @@ async def deliver(server: Server, payload: dict[str, Any], rng: random.Random) -
     now and then once more after it."""
     body = json.dumps(payload).encode()
     retry: int | None = None
-    async with httpx.AsyncClient(timeout=3.0) as client:  # Slack waits 3 s for the answer
+    async with httpx.AsyncClient(
+        timeout=3.0, verify=loopback_tls()
+    ) as client:  # Slack waits 3 s for the answer
         while True:
             url = server.url_now
             if url is not None:

@@ -30,6 +30,7 @@ import pytest
 
 from agency_runtime import MemoryStore, Store, open_store
 from tests.forked import ForkedProcess, ForkServer
+from tests.support import loopback_tls
 from tests.turn_kit.telegram import scale_app
 from turn_kit import TurnArgs, agency_ctx
 from turn_kit.telegram import (
@@ -165,7 +166,7 @@ async def test_webhook_servers_on_one_store_answer_once_in_arrival_order(
             updates = [push(api, thread, text) for thread, text, _ in plan]
             answers: list[tuple[str, int, dict[str, Any]]] = []
             headers = {"X-Telegram-Bot-Api-Secret-Token": scale_app.SECRET}
-            async with httpx.AsyncClient(timeout=DEADLINE) as client:
+            async with httpx.AsyncClient(timeout=DEADLINE, verify=loopback_tls()) as client:
 
                 async def post(port: int, update: dict[str, Any], text: str) -> None:
                     url = f"http://127.0.0.1:{port}/"
@@ -272,7 +273,7 @@ def poller(api: FakeBotApi, store: Store, transport: BotApiTransport) -> Telegra
 
 
 async def bot_api(api: FakeBotApi, method: str, **params: Any) -> None:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=loopback_tls()) as client:
         response = await client.post(f"{api.base_url}/bot{TOKEN}/{method}", json=params)
         assert response.json()["ok"] is True
 

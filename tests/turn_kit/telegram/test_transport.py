@@ -16,7 +16,7 @@ import pytest
 import telegram
 
 from agency_runtime import InvalidArgumentError
-from tests.support import asyncio_only
+from tests.support import asyncio_only, loopback_tls
 from turn_kit import TurnKitError
 from turn_kit.telegram import _transport
 from turn_kit.telegram._fake import FakeBotApi
@@ -491,7 +491,7 @@ async def test_fake_get_updates_offset_semantics(api: FakeBotApi) -> None:
     assert message["reply_to_message"]["text"] == "earlier"
     assert message["from"]["is_bot"] is False
     url = f"{api.base_url}/bot{TOKEN}/getUpdates"
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(verify=loopback_tls()) as client:
         every = (await client.get(url)).json()["result"]
         assert [u["update_id"] for u in every] == [1, 2, 3]
         limited = (await client.post(url, json={"offset": 2, "limit": 1})).json()["result"]
@@ -523,7 +523,7 @@ async def test_fake_long_poll_times_out_and_wakes(api: FakeBotApi) -> None:
 
     api._cond = Watched(api._lock)
     url = f"{api.base_url}/bot{TOKEN}/getUpdates"
-    async with httpx.AsyncClient(timeout=5) as client:
+    async with httpx.AsyncClient(timeout=5, verify=loopback_tls()) as client:
         empty = (await client.get(url, params={"timeout": "0.05"})).json()
         assert empty == {"ok": True, "result": []}  # its own timeout ended the wait
         assert waiting.is_set()  # it did wait
