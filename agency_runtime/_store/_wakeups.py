@@ -4,12 +4,17 @@ A store keeps one :class:`Wakeups`. It rings it when this process queues, answer
 worker, hands back or finishes a run, and a store with notifications (PostgreSQL's
 LISTEN/NOTIFY) rings it from its listener thread when another process did. Waiters are tasks
 of any event loop (asyncio or trio, in any thread); :meth:`Wakeups.wait` returns on the next
-ring or after its timeout, whichever is first.
+ring or after its timeout, whichever is first — or at once, when a ring came since the same
+task's last wait returned or it began to look (:meth:`Wakeups.looking`: a worker's claim): a
+waiter looks at the store between two waits (a worker claims, reads when runs fall due), and
+a ring while it looked would otherwise wake nobody, leaving the run it announced for the next
+poll.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +23,10 @@ import anyio.lowlevel
 
 __all__ = ["Wakeups"]
 
+_REMEMBERED_TASKS = 256
+"""How many tasks' last returns :class:`Wakeups` remembers (the least recent forgotten: such
+a task's next wait only waits for the next ring, as its first does)."""
+
 
 class Wakeups:
     """A broadcast: :meth:`ring` (from any thread) wakes every task in :meth:`wait`."""
@@ -25,10 +34,16 @@ class Wakeups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: list[tuple[Callable[[Callable[[], object]], object], anyio.Event]] = []
+        self._rung = 0
+        """How many times :meth:`ring` was called."""
+        self._seen: OrderedDict[int, int] = OrderedDict()
+        """A task's id → :attr:`_rung` when its last :meth:`wait` returned."""
 
     def ring(self) -> None:
-        """Wake every waiting task (without blocking: each loop sets its event itself)."""
+        """Wake every waiting task (without blocking: each loop sets its event itself), and
+        let each task that is not waiting now return at once from its next wait."""
         with self._lock:
+            self._rung += 1
             waiters, self._waiters = self._waiters, []
         for soon, event in waiters:
             try:
@@ -37,7 +52,9 @@ class Wakeups:
                 pass
 
     async def wait(self, timeout: float) -> None:
-        """Return on the next :meth:`ring`, or after ``timeout`` seconds (real time)."""
+        """Return on the next :meth:`ring`, or after ``timeout`` seconds (real time); at once
+        if a ring came since this task's last wait returned (it may have missed it)."""
+        task = anyio.get_current_task().id
         event = anyio.Event()
         native: Any = anyio.lowlevel.current_token().native_token
         # How another thread hands the waiter's loop a call: an asyncio loop's
@@ -45,7 +62,10 @@ class Wakeups:
         # asyncio, which a trio program never needs).
         soon = getattr(native, "call_soon_threadsafe", None) or native.run_sync_soon
         entry = (soon, event)
-        with self._lock:
+        with self._lock:  # checked and registered at once: no ring falls in between
+            if self._seen.get(task, self._rung) != self._rung:
+                self._returned(task)
+                return
             self._waiters.append(entry)
         try:
             with anyio.move_on_after(timeout):
@@ -54,3 +74,19 @@ class Wakeups:
             with self._lock:
                 if entry in self._waiters:
                     self._waiters.remove(entry)
+                self._returned(task)
+
+    def looking(self) -> None:
+        """The calling task looks at the store now (a worker claims): a ring from now on
+        ends its next :meth:`wait` at once, also before its first wait."""
+        task = anyio.get_current_task().id
+        with self._lock:
+            self._returned(task)
+
+    def _returned(self, task: int) -> None:
+        """Note that ``task``'s wait returns now (under the lock): what it looks at next
+        includes every ring so far."""
+        self._seen[task] = self._rung
+        self._seen.move_to_end(task)
+        if len(self._seen) > _REMEMBERED_TASKS:
+            self._seen.popitem(last=False)

@@ -121,6 +121,28 @@ async def test_a_slot_that_frees_while_the_worker_looks_is_not_missed() -> None:
     assert [r.value for r in results] == [0, 10]
 
 
+class QueueWhileLookingStore(MemoryStore):
+    """A memory store whose ``next_wake`` queues a run the first time an idle worker reads
+    it (between its claim and its wait: the store's wake-up rings while nobody waits)."""
+
+    queued = False
+
+    async def next_wake(self, queues, *, after=None):  # type: ignore[no-untyped-def]
+        if not self.queued:
+            self.queued = True
+            await agency.enqueue(three_steps, 2, run_id="late", store=self)
+        return await super().next_wake(queues, after=after)
+
+
+async def test_a_run_queued_while_the_worker_looks_is_not_left_for_the_poll() -> None:
+    store = QueueWhileLookingStore()
+    async with serving(Worker(store, poll=60.0)):
+        await wait_for(lambda: store.queued)
+        with anyio.fail_after(10):  # not after the poll: the wake-up it missed still counts
+            result = await agency.runs.wait("late", store=store)
+    assert result.value == 20
+
+
 EXPIRIES: list[float] = []
 """What ``long_on_the_clock`` read of its own lease after each pause."""
 

@@ -73,6 +73,7 @@ class QueuesCore(CoreBase):
         limit: int,
         exclude: Sequence[str] = (),
     ) -> list[ClaimedRun]:
+        self._wakeups.looking()  # what is queued from now on ends this task's next wait
         names = list(dict.fromkeys(queues))
         if limit <= 0 or not names:
             return []
