@@ -9,6 +9,7 @@ noticed; malformed input gets a clear error, never a traceback from deep inside.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import signal
 import sqlite3
@@ -378,6 +379,40 @@ async def test_a_deleted_store_file_fails_the_run_instead_of_completing_it(
     with pytest.raises(StoreUnavailableError, match="was deleted"):
         await agency.run(entry, run_id="gone", store=doomed)
     doomed.close()
+
+
+async def test_a_step_commit_looks_at_the_store_file_only_once_a_look_is_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqliteStore(tmp_path / "looked.db")
+    identity = store._file_identity
+    looks: list[str] = []
+
+    def looking() -> tuple[int, int]:
+        looks.append("stat")
+        return identity()
+
+    monkeypatch.setattr(store, "_file_identity", looking)
+    seen: list[int] = []
+
+    def due(when: float) -> int:
+        seen.append(len(looks))
+        store._check_due = when
+        return len(looks)
+
+    async def entry() -> None:
+        async def body(s: ResumableScope) -> None:
+            await s.step(lambda: due(0.0), name="due")  # its commit looks
+            await s.step(lambda: due(math.inf), name="not-due")  # its commit does not
+            await s.step(lambda: due(math.inf), name="after")
+
+        await agency.with_resumable_scope("looks", body)
+
+    result = await agency.run(entry, run_id="looks", store=store)
+    assert result.status == "completed", result
+    assert seen[1] - seen[0] == 1
+    assert seen[2] - seen[1] == 0
+    store.close()
 
 
 HOLDER = r"""
