@@ -169,7 +169,6 @@ async def perform(
                 encode=encode, run_frame=run_frame, fields=fields, failures=failures,
                 observed=False,
             )  # fmt: skip
-    outer = current_recorder()
     recorder = Recorder()
     base = open_base(path, recorder)
     try:
@@ -185,24 +184,26 @@ async def perform(
             text, value = encode(result)
         finally:
             close_base(base)
+    # The unit's base is closed: current_recorder() is the enclosing unit's again, asked
+    # for only when there is something to hand it (a step that changed nothing asks nothing).
     except failures as exc:
         note_failing_step(exc, name, path)
         await journal.commit_step(
             _entry(frame, journal, path, name, callsite, recorder, "null", None, exc)
         )
-        if outer is not None:
+        if recorder.changes and (outer := current_recorder()) is not None:
             outer.absorb(recorder, spend=False)
         journal.failed(path, exc)
         raise
     except BaseException as exc:
         note_failing_step(exc, name, path)
-        if outer is not None:
+        if (outer := current_recorder()) is not None:
             outer.absorb(recorder, spend=True)  # uncommitted: the spend stays with the outer
         raise
     await journal.commit_step(
         _entry(frame, journal, path, name, callsite, recorder, text, fields, None)
     )
-    if outer is not None and recorder.changes:
+    if recorder.changes and (outer := current_recorder()) is not None:
         outer.absorb(recorder, spend=False, unit=path)  # its entry holds them: one marker
     return value
 

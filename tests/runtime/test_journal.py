@@ -170,6 +170,38 @@ async def test_tasks_a_step_starts_report_into_the_step_and_a_nested_scope_body_
     ]
 
 
+async def test_a_failed_inner_step_leaves_its_spend_and_changes_to_the_step_around_it() -> None:
+    store = MemoryStore()
+
+    def fails() -> None:
+        agency.add_cost(0.5)
+        agency.thread.user("tried")
+        raise ValueError("no")
+
+    async def parent() -> str:
+        async def body(s):  # type: ignore[no-untyped-def]
+            async def outer() -> str:
+                async def inner(t):  # type: ignore[no-untyped-def]
+                    try:
+                        await t.step(fails, name="fails")
+                    except ValueError:
+                        return "caught"
+                    return "not raised"
+
+                return str(await agency.with_resumable_scope("inner", inner))
+
+            return str(await s.step(outer, name="outer"))
+
+        return await agency.with_resumable_scope("p", body)
+
+    result = await agency.run(parent, run_id="parent", store=store)
+    assert (result.status, result.value, result.cost) == ("completed", "caught", 0.5)
+    (entry,) = await agency.runs.journal("parent", store=store)  # nothing of the failed step
+    assert entry.name == "outer"
+    assert entry.cost_pico == 500_000_000_000
+    assert ["push", "0", {"role": "user", "content": "tried"}] in json.loads(entry.deltas or "[]")
+
+
 def test_entries_built_from_rows_equal_validated_entries() -> None:
     values = {
         "run_id": "r", "seq": 3, "path": "s/0", "name": "work", "callsite": "f.py:1",
