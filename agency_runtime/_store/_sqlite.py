@@ -419,15 +419,22 @@ class SqliteStore(StoreCore):
     _inline = True
 
     async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
-        return self._one_now(what, sql, check=check)
-
-    def _one_now(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
-        """:meth:`_run` of one statement, without a program around it (every step's commit);
-        ``what()`` is called only to name a failure."""
+        """:meth:`_run` of one statement, without a program around it; ``what()`` is called
+        only to name a failure."""
         with self._lock:
             cursor = self._usable(check)
             try:
                 return _execute(cursor, sql)
+            except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
+                raise self._mapped(what(), exc) from exc
+
+    def _write_now(
+        self, what: Callable[[], str], query: str, params: Mapping[str, Any], *, check: Check
+    ) -> int:
+        with self._lock:
+            cursor = self._usable(check)
+            try:
+                return _changed(cursor, query, params)
             except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
                 raise self._mapped(what(), exc) from exc
 
@@ -484,6 +491,15 @@ def _execute(cursor: sqlite3.Cursor, sql: Sql) -> Result:
         return Result([], conn.total_changes - before)
     rows = cursor.fetchall()
     return Result(rows, conn.total_changes - before)
+
+
+def _changed(cursor: sqlite3.Cursor, query: str, params: Mapping[str, Any]) -> int:
+    """:func:`_execute` of a statement that returns no rows: how many rows it changed."""
+    conn = cursor.connection
+    before = conn.total_changes
+    numbered, values = _sqlite_sql(query)
+    cursor.execute(numbered, values(params))
+    return conn.total_changes - before
 
 
 _NO_PARAMS: Mapping[str, Any] = {}

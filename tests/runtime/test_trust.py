@@ -489,6 +489,21 @@ async def test_lone_surrogates_are_refused_where_they_enter(store: Any) -> None:
     assert "lone surrogate" in result.error.message
 
 
+async def test_a_step_commit_sqlite_refuses_names_the_step(sqlite_store: Any) -> None:
+    async def entry() -> int:
+        async def body(s: ResumableScope) -> int:
+            return int(await s.step(lambda: 1, name="bad\ud800name"))
+
+        return await agency.with_resumable_scope("named", body)
+
+    result = await agency.run(entry, run_id="refused", store=sqlite_store)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.type == "InvalidArgumentError"
+    assert "cannot commit step 'named/0' of run 'refused'" in result.error.message
+    assert await agency.runs.journal("refused", store=sqlite_store) == []
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [
