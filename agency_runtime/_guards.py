@@ -26,8 +26,9 @@ import anyio
 from ._bounds import check_seconds
 from ._clock import SYSTEM_CLOCK, Clock, SystemClock
 from ._core import _observe
+from ._core._branches import report_change, report_spend
 from ._core._cancel import AbortSignal
-from ._core._changes import Change, report_change, report_spend
+from ._core._changes import Change
 from ._core._frame import Frame, call_in_frame, current_frame, position_of, use_frame
 from ._core._money import format_usd, pico_to_usd, usd_to_pico
 from ._durable._journal import journal_of

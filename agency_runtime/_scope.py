@@ -349,7 +349,7 @@ class ResumableScope:
         timeout: float | None = None,
     ) -> Any:
         frame = current_frame("ResumableScope.step()")
-        step_frame = frame.at((self.module_id, self.name, index), Position(self.state, path))
+        step_frame = frame.at((self.module_id, self.name, index), self.state, path)
         adapter = self._adapter(fn, returns)
 
         def encode(result: Any) -> tuple[str, Any]:

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from .._core import _observe
 from .._core._branches import run_root
-from .._core._changes import CHANGES, Recorder
+from .._core._changes import Recorder
 from .._core._context import BranchState, RuntimeContext
 from .._core._frame import Frame, call_in_frame
 from .._core._jsondata import check_text
@@ -790,23 +790,23 @@ async def _call_entry(
     run's step is its own run: its changes and spend belong to its own journal, not to the
     enclosing step's.
     """
-    changes_token = CHANGES.set(root)
-    frame = Frame(ctx, BranchState.for_context(ctx), ThreadStore.with_default_active())
-    try:
-        with run_root(), anyio.CancelScope() as scope:
-            unsubscribe = frame.ctx.abort_signal.add_callback(lambda _reason: scope.cancel())
-            try:
-                value = await call_in_frame(frame, lambda: entry(*args, **kwargs))
-            finally:
-                unsubscribe()
-        if scope.cancelled_caught:
-            reason = frame.ctx.abort_signal.reason
-            return reason if isinstance(reason, AgencyCancelledError) else AgencyCancelledError()
-        return _Completed(value)
-    except BaseException as exc:  # sorted below; foreign signals are raised again
-        return _sort(exc)
-    finally:
-        CHANGES.reset(changes_token)
+    with run_root(root):  # before the frame: its default thread is the run's own change
+        frame = Frame(ctx, BranchState.for_context(ctx), ThreadStore.with_default_active())
+        try:
+            with anyio.CancelScope() as scope:
+                unsubscribe = frame.ctx.abort_signal.add_callback(lambda _reason: scope.cancel())
+                try:
+                    value = await call_in_frame(frame, lambda: entry(*args, **kwargs))
+                finally:
+                    unsubscribe()
+            if scope.cancelled_caught:
+                reason = ctx.abort_signal.reason
+                if isinstance(reason, AgencyCancelledError):
+                    return reason
+                return AgencyCancelledError()
+            return _Completed(value)
+        except BaseException as exc:  # sorted below; foreign signals are raised again
+            return _sort(exc)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

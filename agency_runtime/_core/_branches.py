@@ -23,6 +23,12 @@ instrument. A task created some other way (a worker thread, a factory installed 
 is noticed at its first counted event and named by arrival instead (``?``-marked), which is
 no worse than counting by arrival; the journal's checks (step and scope names, interrupt
 effects and messages) still refuse to hand it a wrong result.
+
+A cursor also names the journaled unit its task runs in: the unit's
+:class:`~agency_runtime._core._changes.Recorder`, which the durable layer gives the base it
+opens for the unit and which the tasks started inside share (a spawned cursor keeps it).
+Code that changes the run's state reports into it (:func:`report_change`,
+:func:`report_spend`); one ``ContextVar`` holds both, so a unit sets one per run, not two.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ._changes import Change, Recorder
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -43,9 +51,13 @@ __all__ = [
     "Cursor",
     "at_base",
     "close_base",
+    "current_recorder",
     "install_spawn_hook",
     "open_base",
     "qualify",
+    "recording",
+    "report_change",
+    "report_spend",
     "run_root",
     "tick",
 ]
@@ -56,13 +68,22 @@ logger = logging.getLogger("agency_runtime.branches")
 class Cursor:
     """One task's causal position relative to a base address (see the module docstring)."""
 
-    __slots__ = ("base", "branch", "events", "owner", "parent", "spawned", "where")
+    __slots__ = ("base", "branch", "events", "owner", "parent", "recorder", "spawned", "where")
 
-    def __init__(self, base: str, branch: str, parent: Cursor | None, owner: int | None) -> None:
+    def __init__(
+        self,
+        base: str,
+        branch: str,
+        parent: Cursor | None,
+        owner: int | None,
+        recorder: Recorder | None = None,
+    ) -> None:
         self.base = base
         self.branch = branch
         self.parent = parent
         self.owner = owner
+        self.recorder = recorder
+        """The recorder of the journaled unit the task runs in (``None``: nobody listens)."""
         self.where: tuple[int, Any] | None = None
         """The thread and the asyncio loop the owner was last seen running on as the loop's
         current task (``None`` when not seen so, e.g. on trio): :func:`tick`'s quick test."""
@@ -76,7 +97,7 @@ class Cursor:
         key = f"{marker}{self.events}.{self.spawned}"
         self.spawned += 1
         branch = f"{self.branch}+{key}" if self.branch else key
-        return Cursor(self.base, branch, self.parent, None)
+        return Cursor(self.base, branch, self.parent, None, self.recorder)
 
     def __repr__(self) -> str:
         return f"<Cursor base={self.base!r} branch={self.branch!r} events={self.events}>"
@@ -213,18 +234,21 @@ def qualify(branch: str, text: str) -> str:
     return f"{branch}:{text}" if branch else text
 
 
-def open_base(base: str) -> contextvars.Token[Cursor | None]:
+def open_base(base: str, recorder: Recorder | None = None) -> contextvars.Token[Cursor | None]:
     """Open ``base`` (a scope body, a step, a journaled call) for the current task.
 
-    Returns the token :func:`close_base` takes back (a plain pair of calls, not a context
-    manager: it runs once per step).
+    ``recorder``: the recorder of the journaled unit opened at ``base`` (without one, the
+    enclosing unit's stays current). Returns the token :func:`close_base` takes back (a
+    plain pair of calls, not a context manager: it runs once per step).
     """
     # Every caller counted an event at the enclosing base just before (tick), which made
     # sure the current cursor is this task's own: no second look at the running task.
     parent = _CURSOR.get()
     if parent is None:
-        return _CURSOR.set(Cursor(base, "", None, _current_task()))
-    cursor = Cursor(base, "", parent, parent.owner)
+        return _CURSOR.set(Cursor(base, "", None, _current_task(), recorder))
+    if recorder is None:
+        recorder = parent.recorder
+    cursor = Cursor(base, "", parent, parent.owner, recorder)
     cursor.where = parent.where
     return _CURSOR.set(cursor)
 
@@ -245,17 +269,53 @@ def at_base(base: str) -> Iterator[None]:
 
 
 @contextmanager
-def run_root() -> Iterator[Cursor]:
-    """The cursor of a run's entry (its base is the run root, ``""``)."""
+def run_root(recorder: Recorder | None = None) -> Iterator[Cursor]:
+    """The cursor of a run's entry (its base is the run root, ``""``).
+
+    ``recorder`` collects what the entry changes outside journaled units (a run's root);
+    without one, the current unit's (if any) stays current.
+    """
     install_spawn_hook()
     owner, where = _running_task()
-    cursor = Cursor("", "", None, owner)
+    if recorder is None:
+        recorder = current_recorder()
+    cursor = Cursor("", "", None, owner, recorder)
     cursor.where = where
     token = _CURSOR.set(cursor)
     try:
         yield cursor
     finally:
         _CURSOR.reset(token)
+
+
+# -- reporting to the running unit ------------------------------------------------------------
+
+
+def current_recorder() -> Recorder | None:
+    """The recorder of the journaled unit the current task runs in (``None``: nobody listens)."""
+    cursor = _CURSOR.get()
+    return None if cursor is None else cursor.recorder
+
+
+def recording() -> bool:
+    """Whether a running journaled unit keeps the changes reported now."""
+    recorder = current_recorder()
+    return recorder is not None and recorder.changes is not None
+
+
+def report_change(change: Change) -> None:
+    """Report a change to the journaled unit that is running, if any."""
+    recorder = current_recorder()
+    if recorder is not None and recorder.changes is not None:
+        recorder.changes.append(change)
+
+
+def report_spend(pico: int, tokens: int) -> None:
+    """Count spend as made by the journaled unit that is running (or the run's root)."""
+    recorder = current_recorder()
+    if recorder is not None:
+        recorder.pico += pico
+        recorder.tokens += tokens
 
 
 # -- seeing tasks being spawned -----------------------------------------------------------------

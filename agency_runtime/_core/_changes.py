@@ -2,27 +2,18 @@
 
 While a journaled unit (a step, an LLM call, a memory operation) runs, the code it calls
 reports what it changes — thread messages, spend, guard grants — into the unit's
-:class:`Recorder`, found through a ``ContextVar`` (child tasks share their unit's). The
-durable layer (:mod:`agency_runtime._durable`) opens a recorder per unit, commits what it
-collected with the unit's outcome, and replays it when the unit is replayed instead of run.
+:class:`Recorder`, found on the running task's cursor (``_branches.report_change``; child
+tasks share their unit's). The durable layer (:mod:`agency_runtime._durable`) opens a
+recorder per unit, commits what it collected with the unit's outcome, and replays it when
+the unit is replayed instead of run.
 Features only report; they never write journal rows.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from typing import Any
 
-__all__ = [
-    "CHANGES",
-    "SAME",
-    "UNIT",
-    "Change",
-    "Recorder",
-    "recording",
-    "report_change",
-    "report_spend",
-]
+__all__ = ["SAME", "UNIT", "Change", "Recorder"]
 
 Change = list[Any]
 """One change a journaled step made to the run's state, as JSON data: thread changes
@@ -69,28 +60,3 @@ class Recorder:
         if spend:
             self.pico += inner.pico
             self.tokens += inner.tokens
-
-
-CHANGES: ContextVar[Recorder | None] = ContextVar("agency_changes", default=None)
-"""The recorder of the journaled unit that is running (``None``: nobody listens)."""
-
-
-def recording() -> bool:
-    """Whether a running journaled unit keeps the changes reported now."""
-    recorder = CHANGES.get()
-    return recorder is not None and recorder.changes is not None
-
-
-def report_change(change: Change) -> None:
-    """Report a change to the journaled unit that is running, if any."""
-    recorder = CHANGES.get()
-    if recorder is not None and recorder.changes is not None:
-        recorder.changes.append(change)
-
-
-def report_spend(pico: int, tokens: int) -> None:
-    """Count spend as made by the journaled unit that is running (or the run's root)."""
-    recorder = CHANGES.get()
-    if recorder is not None:
-        recorder.pico += pico
-        recorder.tokens += tokens

@@ -109,9 +109,11 @@ class Frame(_FrameFields):
         fields = zip(self._fields, self, strict=True)
         return _new_frame(Frame, [changes.get(name, value) for name, value in fields])
 
-    def at(self, callsite: Callsite, position: Position) -> Frame:
-        """``evolve(callsite=callsite, position=position)``, made for every step: one
-        allocation, without the keyword checks."""
+    def at(self, callsite: Callsite, scope: ScopeState | None, address: str) -> Frame:
+        """``evolve(callsite=callsite, position=Position(scope, address))``, made for every
+        step: two tuples built directly, without the keyword checks or the named tuple's
+        constructor (a Python function behind ``Position(...)``)."""
+        position = _new_position(Position, (scope, address))
         return _new_frame(Frame, (self.ctx, self.stack, self.threads, self.globals, callsite,
                                   position))  # fmt: skip
 
@@ -158,6 +160,8 @@ ROOT = Position(None, "")
 _FIELDS = frozenset(_FrameFields._fields)
 _new_frame = tuple.__new__
 """A frame from its fields in order (what :class:`Frame`'s constructor ends in)."""
+_new_position = tuple.__new__
+"""A position from its fields in order (what ``Position(scope, address)`` ends in)."""
 
 
 def position_of(frame: Frame) -> Position:

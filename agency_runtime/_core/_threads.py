@@ -19,8 +19,8 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from .._errors import InvalidArgumentError
 from .._types import DeferredModel, complete
-from ._branches import tick
-from ._changes import CHANGES, Change, recording, report_change
+from ._branches import current_recorder, recording, report_change, tick
+from ._changes import Change
 from ._jsondata import check_text
 
 __all__ = [
@@ -176,7 +176,7 @@ class MessageThread(DeferredModel):
         if label is not None:
             message = message.model_copy(update={"label": label})
         self.messages.append(message)
-        recorder = CHANGES.get()  # recording() and report_change(), with one look
+        recorder = current_recorder()  # recording() and report_change(), with one look
         if recorder is not None and recorder.changes is not None:
             recorder.changes.append(["push", self.id, message.changed()])
 
@@ -509,7 +509,7 @@ class ThreadStore:
         return self.view(active_id)
 
     def apply_change(self, change: Change) -> None:
-        """Apply one thread change recorded by a journaled step (see :data:`CHANGES`).
+        """Apply one thread change recorded by a journaled step (see :mod:`._changes`).
 
         Raises ``ValueError``/``KeyError`` for a change this store cannot apply.
         """

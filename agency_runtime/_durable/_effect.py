@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 from pydantic_core import from_json, to_json
 
 from .._core import _observe
-from .._core._branches import close_base, open_base
-from .._core._changes import CHANGES, SAME, UNIT, Change, Recorder, report_change
+from .._core._branches import close_base, current_recorder, open_base, report_change
+from .._core._changes import SAME, UNIT, Change, Recorder
 from .._core._frame import _FRAME, Frame
 from .._errors import JournalCorruptError, NondeterminismError
 from .._types import JournalEntry, note_failing_step
@@ -150,10 +150,13 @@ async def perform(
 ) -> V:
     """Run ``fn`` (sync or async) as the unit at ``path`` and commit it; return its value.
 
+    The unit runs at its own base (:func:`open_base`), which carries the unit's recorder:
+    what ``fn`` and the tasks it starts change is reported there.
     ``run_frame``, when given, is the frame ``fn`` runs in (a step's own frame).
     ``encode(result)`` gives the JSON text to journal and the value to return (it may
-    raise, e.g. ``StepResultError``: then nothing is committed); it runs while the unit's
-    recorder is :data:`CHANGES`, so it may look at what the unit changed. ``fields()`` adds columns
+    raise, e.g. ``StepResultError``: then nothing is committed); it runs in the caller's
+    frame while the unit is still open (its recorder current), so it may look at what the
+    unit changed. ``fields()`` adds columns
     of the entry (a scope step's locals and scope chain). An exception in ``failures`` is
     committed as the unit's outcome before it propagates. With an observer installed the
     unit (``fn`` and its commit) runs inside the observer's step, unless ``observed=False``
@@ -166,42 +169,41 @@ async def perform(
                 encode=encode, run_frame=run_frame, fields=fields, failures=failures,
                 observed=False,
             )  # fmt: skip
-    outer = CHANGES.get()
     recorder = Recorder()
-    token = CHANGES.set(recorder)
+    base = open_base(path, recorder)
     try:
-        base = open_base(path)
-        installed = None if run_frame is None else _FRAME.set(run_frame)
         try:
-            result = fn()
-            if type(result) not in _PLAIN and inspect.isawaitable(result):
-                result = await result
+            installed = None if run_frame is None else _FRAME.set(run_frame)
+            try:
+                result = fn()
+                if type(result) not in _PLAIN and inspect.isawaitable(result):
+                    result = await result
+            finally:
+                if installed is not None:
+                    _FRAME.reset(installed)
+            text, value = encode(result)
         finally:
-            if installed is not None:
-                _FRAME.reset(installed)
             close_base(base)
-        text, value = encode(result)
+    # The unit's base is closed: current_recorder() is the enclosing unit's again, asked
+    # for only when there is something to hand it (a step that changed nothing asks nothing).
     except failures as exc:
-        CHANGES.reset(token)
         note_failing_step(exc, name, path)
         await journal.commit_step(
             _entry(frame, journal, path, name, callsite, recorder, "null", None, exc)
         )
-        if outer is not None:
+        if recorder.changes and (outer := current_recorder()) is not None:
             outer.absorb(recorder, spend=False)
         journal.failed(path, exc)
         raise
     except BaseException as exc:
-        CHANGES.reset(token)
         note_failing_step(exc, name, path)
-        if outer is not None:
+        if (outer := current_recorder()) is not None:
             outer.absorb(recorder, spend=True)  # uncommitted: the spend stays with the outer
         raise
-    CHANGES.reset(token)
     await journal.commit_step(
         _entry(frame, journal, path, name, callsite, recorder, text, fields, None)
     )
-    if outer is not None and recorder.changes:
+    if recorder.changes and (outer := current_recorder()) is not None:
         outer.absorb(recorder, spend=False, unit=path)  # its entry holds them: one marker
     return value
 
@@ -315,7 +317,7 @@ async def journaled(
     def encoded(result: T) -> tuple[str, T]:
         data = encode(result)
         if refer is not None:  # perform encodes while the unit's recorder is current
-            recorder = CHANGES.get()
+            recorder = current_recorder()
             if recorder is not None and recorder.changes:
                 data = refer(data, expand(recorder.changes, journal.entries))
         return to_json(data).decode(), result

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 
 from pydantic_core import from_json
 
-from .._core._changes import SAME, UNIT, Change, report_change
+from .._core._branches import report_change
+from .._core._changes import SAME, UNIT, Change
 from .._core._frame import Frame
 from .._core._threads import THREAD_CHANGE_KINDS
 from .._types import JournalEntry

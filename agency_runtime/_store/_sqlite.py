@@ -242,7 +242,8 @@ class SqliteStore(StoreCore):
         """The cursor every statement runs on (one at a time, under the lock): not a new one
         per statement, as ``conn.execute`` makes (a tenth of a step commit's instructions)."""
         self._identity = self._file_identity()
-        self._checked_at = time.monotonic()
+        self._check_due = time.monotonic() + FILE_CHECK_SECONDS
+        """When a step commit looks at the file next (see :meth:`_check_file`)."""
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -340,21 +341,18 @@ class SqliteStore(StoreCore):
             return (-1, -1)
         return (stat.st_dev, stat.st_ino)
 
-    def _check_file(self, *, throttled: bool = False) -> None:
+    def _check_file(self) -> None:
         """Refuse to write when the file this store opened was deleted or replaced.
 
         SQLite keeps writing to an unlinked file, so without this a deleted store would take
         every commit and report runs completed that no one can ever read back. Step commits
-        look at most every :data:`FILE_CHECK_SECONDS` (a ``stat`` costs as much as a tenth of
-        a commit); claims, pauses, rewinds and every run's outcome always look.
+        look when :attr:`_check_due` has come, :data:`FILE_CHECK_SECONDS` after the last
+        look (a ``stat`` costs as much as a tenth of a commit); claims, pauses, rewinds and
+        every run's outcome always look.
         """
         if self._identity is None:
             return
-        if throttled:
-            clock = time.monotonic()
-            if clock - self._checked_at < FILE_CHECK_SECONDS:
-                return
-            self._checked_at = clock
+        self._check_due = time.monotonic() + FILE_CHECK_SECONDS
         now = self._file_identity()
         if now != self._identity:
             what = "deleted" if now == (-1, -1) else "replaced by another file"
@@ -413,22 +411,30 @@ class SqliteStore(StoreCore):
         cursor = self._cursor
         if cursor is None:
             raise StoreError(f"the SQLite store {self._path!r} is closed")
-        if check is not None:
-            self._check_file(throttled=check == "throttled")
+        # A step commit (throttled) tests the time here, not in a call to _check_file.
+        if check is not None and (check != "throttled" or time.monotonic() >= self._check_due):
+            self._check_file()
         return cursor
 
     _inline = True
 
     async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
-        return self._one_now(what, sql, check=check)
-
-    def _one_now(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
-        """:meth:`_run` of one statement, without a program around it (every step's commit);
-        ``what()`` is called only to name a failure."""
+        """:meth:`_run` of one statement, without a program around it; ``what()`` is called
+        only to name a failure."""
         with self._lock:
             cursor = self._usable(check)
             try:
                 return _execute(cursor, sql)
+            except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
+                raise self._mapped(what(), exc) from exc
+
+    def _write_now(
+        self, what: Callable[[], str], query: str, params: Mapping[str, Any], *, check: Check
+    ) -> int:
+        with self._lock:
+            cursor = self._usable(check)
+            try:
+                return _changed(cursor, query, params)
             except (sqlite3.Error, UnicodeEncodeError, OverflowError) as exc:
                 raise self._mapped(what(), exc) from exc
 
@@ -485,6 +491,15 @@ def _execute(cursor: sqlite3.Cursor, sql: Sql) -> Result:
         return Result([], conn.total_changes - before)
     rows = cursor.fetchall()
     return Result(rows, conn.total_changes - before)
+
+
+def _changed(cursor: sqlite3.Cursor, query: str, params: Mapping[str, Any]) -> int:
+    """:func:`_execute` of a statement that returns no rows: how many rows it changed."""
+    conn = cursor.connection
+    before = conn.total_changes
+    numbered, values = _sqlite_sql(query)
+    cursor.execute(numbered, values(params))
+    return conn.total_changes - before
 
 
 _NO_PARAMS: Mapping[str, Any] = {}

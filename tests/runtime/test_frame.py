@@ -17,7 +17,7 @@ from agency_runtime import (
     agency,
 )
 from agency_runtime._core._context import BranchState
-from agency_runtime._core._frame import Frame, Position
+from agency_runtime._core._frame import Frame, Position, ScopeState
 
 pytestmark = pytest.mark.anyio
 
@@ -89,10 +89,13 @@ def test_frames_are_immutable_even_to_object_setattr_and_compare_by_identity() -
     assert same_fields != frame  # identity, as for any object: not field by field
     assert frame == frame
     assert len({frame, same_fields}) == 2  # hashable, although its globals are a dict
-    at = frame.at(("m", "s", "0"), Position(None, "s/0"))
-    assert (at.callsite, at.position.address, at.ctx, at.globals) == (
-        ("m", "s", "0"), "s/0", ctx, ctx.globals,
+    state = ScopeState("s", "s", (("", 0, "s"),))
+    at = frame.at(("m", "s", "0"), state, "s/0")
+    assert (at.callsite, at.position, at.ctx, at.globals) == (
+        ("m", "s", "0"), Position(state, "s/0"), ctx, ctx.globals,
     )  # fmt: skip
+    assert type(at.position) is Position
+    assert at.position.scope is state
 
 
 def test_test_context_yields_its_frame_and_pops_it() -> None:

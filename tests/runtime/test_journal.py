@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 import pytest
 
 from agency_runtime import JournalEntry, MemoryStore, Store, agency, approve
@@ -131,6 +132,74 @@ async def test_a_run_started_inside_a_step_keeps_its_thread_changes_to_itself() 
     assert json.loads(step.deltas or "[]") == [
         ["push", "0", {"role": "user", "content": "parent message"}]
     ]
+
+
+async def test_tasks_a_step_starts_report_into_the_step_and_a_nested_scope_body_too() -> None:
+    store = MemoryStore()
+
+    async def parent() -> str:
+        async def body(s):  # type: ignore[no-untyped-def]
+            async def work() -> str:
+                async def say(text: str) -> None:
+                    agency.thread.user(text)
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(say, "from a task")
+                agency.thread.user("from the step")
+
+                async def inner(t):  # type: ignore[no-untyped-def]
+                    agency.thread.user("from the inner body")
+                    return await t.step(lambda: agency.thread.user("inner step") and "ok")
+
+                return str(await agency.with_resumable_scope("inner", inner))
+
+            done = await s.step(work, name="work")
+            agency.thread.user("after the step")  # the root's: kept by no entry
+            return str(done)
+
+        return await agency.with_resumable_scope("p", body)
+
+    result = await agency.run(parent, run_id="parent", store=store)
+    assert result.status == "completed", result
+    journal = {e.name: e for e in await agency.runs.journal("parent", store=store)}
+    assert json.loads(journal["work"].deltas or "[]") == [
+        ["push", "0", {"role": "user", "content": "from a task"}],
+        ["push", "0", {"role": "user", "content": "from the step"}],
+        ["push", "0", {"role": "user", "content": "from the inner body"}],
+        ["unit", "p/0/inner/0"],
+    ]
+
+
+async def test_a_failed_inner_step_leaves_its_spend_and_changes_to_the_step_around_it() -> None:
+    store = MemoryStore()
+
+    def fails() -> None:
+        agency.add_cost(0.5)
+        agency.thread.user("tried")
+        raise ValueError("no")
+
+    async def parent() -> str:
+        async def body(s):  # type: ignore[no-untyped-def]
+            async def outer() -> str:
+                async def inner(t):  # type: ignore[no-untyped-def]
+                    try:
+                        await t.step(fails, name="fails")
+                    except ValueError:
+                        return "caught"
+                    return "not raised"
+
+                return str(await agency.with_resumable_scope("inner", inner))
+
+            return str(await s.step(outer, name="outer"))
+
+        return await agency.with_resumable_scope("p", body)
+
+    result = await agency.run(parent, run_id="parent", store=store)
+    assert (result.status, result.value, result.cost) == ("completed", "caught", 0.5)
+    (entry,) = await agency.runs.journal("parent", store=store)  # nothing of the failed step
+    assert entry.name == "outer"
+    assert entry.cost_pico == 500_000_000_000
+    assert ["push", "0", {"role": "user", "content": "tried"}] in json.loads(entry.deltas or "[]")
 
 
 def test_entries_built_from_rows_equal_validated_entries() -> None:

@@ -9,6 +9,7 @@ noticed; malformed input gets a clear error, never a traceback from deep inside.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import signal
 import sqlite3
@@ -380,6 +381,40 @@ async def test_a_deleted_store_file_fails_the_run_instead_of_completing_it(
     doomed.close()
 
 
+async def test_a_step_commit_looks_at_the_store_file_only_once_a_look_is_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SqliteStore(tmp_path / "looked.db")
+    identity = store._file_identity
+    looks: list[str] = []
+
+    def looking() -> tuple[int, int]:
+        looks.append("stat")
+        return identity()
+
+    monkeypatch.setattr(store, "_file_identity", looking)
+    seen: list[int] = []
+
+    def due(when: float) -> int:
+        seen.append(len(looks))
+        store._check_due = when
+        return len(looks)
+
+    async def entry() -> None:
+        async def body(s: ResumableScope) -> None:
+            await s.step(lambda: due(0.0), name="due")  # its commit looks
+            await s.step(lambda: due(math.inf), name="not-due")  # its commit does not
+            await s.step(lambda: due(math.inf), name="after")
+
+        await agency.with_resumable_scope("looks", body)
+
+    result = await agency.run(entry, run_id="looks", store=store)
+    assert result.status == "completed", result
+    assert seen[1] - seen[0] == 1
+    assert seen[2] - seen[1] == 0
+    store.close()
+
+
 HOLDER = r"""
 import os, sys, time, anyio
 from agency_runtime import agency
@@ -452,6 +487,21 @@ async def test_lone_surrogates_are_refused_where_they_enter(store: Any) -> None:
     assert result.status == "failed"
     assert result.error is not None
     assert "lone surrogate" in result.error.message
+
+
+async def test_a_step_commit_sqlite_refuses_names_the_step(sqlite_store: Any) -> None:
+    async def entry() -> int:
+        async def body(s: ResumableScope) -> int:
+            return int(await s.step(lambda: 1, name="bad\ud800name"))
+
+        return await agency.with_resumable_scope("named", body)
+
+    result = await agency.run(entry, run_id="refused", store=sqlite_store)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.type == "InvalidArgumentError"
+    assert "cannot commit step 'named/0' of run 'refused'" in result.error.message
+    assert await agency.runs.journal("refused", store=sqlite_store) == []
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ queues, events, schedules, memory, locks), each written once.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
 
 from pydantic_core import to_json
@@ -93,11 +93,15 @@ class CoreBase(ABC):
 
     _inline: ClassVar[bool] = False
     """Whether the executor runs statements inline on the calling thread (SQLite's does):
-    then :meth:`_one_now` runs one without awaiting anything."""
+    then :meth:`_write_now` runs one without awaiting anything."""
 
-    def _one_now(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
-        """:meth:`_one` run synchronously, by an executor that runs statements inline
-        (:attr:`_inline`): a step's commit, on every step, with no coroutine around it."""
+    def _write_now(
+        self, what: Callable[[], str], query: str, params: Mapping[str, Any], *, check: Check
+    ) -> int:
+        """Run the one statement ``query``, which returns no rows, synchronously, by an
+        executor that runs statements inline (:attr:`_inline`); how many rows it changed.
+        A step's commit, on every step: no coroutine, :class:`Sql` or :class:`Result`
+        around it. ``what()`` names a failure."""
         raise NotImplementedError(f"{type(self).__name__} does not run statements inline")
 
     async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:

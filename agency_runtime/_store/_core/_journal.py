@@ -163,14 +163,14 @@ class JournalCore(CoreBase):
         # not a getattr per column, on every step.
         values = entry.__dict__
         query = self._commit_step_sqls[_nulls(values)]
-        sql = Sql(query, {**values, "run": values["run_id"], "owner": owner})
+        params = {**values, "run": values["run_id"], "owner": owner}
 
         def what() -> str:
             return f"commit step {entry.path!r} of run {entry.run_id!r}"
 
         if self._inline:  # SQLite: executed right here, without awaiting a coroutine
-            return self._one_now(what, sql, check="throttled").rowcount == 1
-        return (await self._one(what, sql, check="throttled")).rowcount == 1
+            return self._write_now(what, query, params, check="throttled") == 1
+        return (await self._one(what, Sql(query, params), check="throttled")).rowcount == 1
 
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
         if not answers:
