@@ -361,18 +361,19 @@ def fork_server() -> Iterator[ForkServer]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> Iterator[int]:
-    """``-n auto`` runs one xdist worker more than the machine has cores.
+    """``-n auto`` runs two xdist workers more than the machine has cores.
 
     The suite waits for much of its time — on real processes it starts and kills, servers,
     PostgreSQL, a browser — rather than computing: with one worker per core, the suite used
-    about half of a 2-core machine. There, three workers took it from 134-139 s to 111 s
-    (four: 107 s, for more CPU), with other work beside it. A number given with ``-n``, or
-    by ``PYTEST_XDIST_AUTO_NUM_WORKERS``, is used as it is.
+    about half of a 2-core machine. There, three workers took it from 134-139 s to 111 s.
+    Once its CPU was cut (issue 30), four did better than three on a quiet 2-core machine:
+    86 s and 94 s against 97 s and 99 s, run in turn. A number given with ``-n``, or by
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS``, is used as it is.
     """
     count: int = yield
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return count
-    return count + 1
+    return count + 2
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
