@@ -351,7 +351,8 @@ class ResumableScope:
                     pass  # a damaged result: replay() below says so
             return _ready(replay(frame, journal, entry, decode))
         index = path[len(address) + 1 :]
-        policy = as_policy(retries, timeout)
+        # Most steps have neither retries nor a timeout: no call to find they have no policy.
+        policy = None if retries is None and timeout is None else as_policy(retries, timeout)
         return self._execute(
             index, path, fn, called, _where(sys._getframe(1)), returns, policy, timeout
         )
