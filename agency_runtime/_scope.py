@@ -111,8 +111,27 @@ async def _ready(value: Any) -> Any:
     return value
 
 
+_WHERE: dict[tuple[int, int], tuple[CodeType, str]] = {}
+_WHERE_MAX = 4096
+
+
 def _where(frame: FrameType) -> str:
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    """The ``file:line`` of ``frame``'s current instruction (a step's callsite).
+
+    Cached by code object and instruction offset: ``f_lineno`` decodes the code's line
+    table on every read, and every step asks. The key holds the code's id (hashing a code
+    object hashes its contents); the entry holds the code itself, so the id stays its own.
+    """
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
+    cached = _WHERE.get(key)
+    if cached is not None and cached[0] is code:
+        return cached[1]
+    if len(_WHERE) >= _WHERE_MAX:
+        _WHERE.clear()
+    where = f"{code.co_filename}:{frame.f_lineno}"
+    _WHERE[key] = (code, where)
+    return where
 
 
 _LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
@@ -332,7 +351,8 @@ class ResumableScope:
                     pass  # a damaged result: replay() below says so
             return _ready(replay(frame, journal, entry, decode))
         index = path[len(address) + 1 :]
-        policy = as_policy(retries, timeout)
+        # Most steps have neither retries nor a timeout: no call to find they have no policy.
+        policy = None if retries is None and timeout is None else as_policy(retries, timeout)
         return self._execute(
             index, path, fn, called, _where(sys._getframe(1)), returns, policy, timeout
         )

@@ -62,6 +62,14 @@ def json_problem(value: Any) -> str | None:
     """Why ``value`` cannot be stored faithfully as JSON, or ``None`` when it can."""
     if type(value) in _LEAVES:
         return None
+    if type(value) is dict:
+        # The common structured result, a flat dict of plain values: checked in one pass,
+        # without the walk's stack and paths (anything else takes the walk below).
+        for key, inner in value.items():
+            if type(key) is not str or type(inner) not in _LEAVES:
+                break
+        else:
+            return None
     stack: list[tuple[Any, list[str | int]]] = [(value, [])]
     while stack:
         item, path = stack.pop()

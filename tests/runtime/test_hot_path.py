@@ -291,6 +291,12 @@ def _nested(depth: int, leaf: object) -> object:
     ("value", "problem"),
     [
         ({"i": 1, "ok": True, "s": "x", "n": None}, None),
+        # A flat dict is checked in one pass; whatever it does not settle takes the walk.
+        ({"i": 1, "x": 1.5}, None),
+        ({"i": 1, "x": float("inf")}, "the float inf at ['x'] is not a JSON number"),
+        ({"i": 1, 2: "x"}, "the dict has a int key 2; JSON keys are strings (it would come "
+         "back as a string)"),
+        ({}, None),
         (_nested(MAX_DEPTH + 5, "leaf"), "it is nested more than 200 levels deep at [0][0][0]…"),
         (_nested(MAX_DEPTH, "leaf"), None),  # a plain leaf is fine at any depth
         ({"f": [1.5, float("nan")]}, "the float nan at ['f'][1] is not a JSON number"),

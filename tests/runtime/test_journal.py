@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import anyio
 import pytest
@@ -88,6 +89,25 @@ async def test_a_step_commits_its_result_locals_thread_deltas_and_spend(store: S
     where, line = step.callsite.rsplit(":", 1)
     assert where == __file__
     assert int(line) > 0
+
+
+async def test_each_step_records_the_line_it_was_called_from(store: Store) -> None:
+    lines: list[int] = []
+
+    async def entry() -> None:
+        async def body(s):  # type: ignore[no-untyped-def]
+            for _ in range(2):  # the same call twice: the same line (callsites are cached)
+                lines.append(sys._getframe().f_lineno + 1)
+                await s.step(lambda: 1, name="looped")
+            lines.append(sys._getframe().f_lineno + 1)
+            await s.step(lambda: 2, name="after")
+
+        await agency.with_resumable_scope("w", body)
+
+    assert (await agency.run(entry, run_id="where", store=store)).status == "completed"
+    steps = await agency.runs.journal("where", store=store)
+    assert [step.callsite for step in steps] == [f"{__file__}:{line}" for line in lines]
+    assert lines[0] == lines[1] != lines[2]
 
 
 async def test_a_step_of_a_run_that_lost_its_lease_is_not_committed(store: Store) -> None:
