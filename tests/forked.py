@@ -226,7 +226,7 @@ def fork(request, stdio, conn=None):
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != server_pid:  # the server ended before prctl
                 os._exit(1)
-        finish(run(request, files(request) if stdio is None else stdio))
+        finish(run(request, stdio))
     pidfd = os.pidfd_open(pid)
     pidfds[pidfd] = (pid, conn)
     selector.register(pidfd, selectors.EVENT_READ, "child")
@@ -241,7 +241,14 @@ while True:
             if not line:
                 raise SystemExit(0)  # the test's process has gone: children of launchers die
             request = json.loads(line)
-            reply({"id": request["id"], "pid": fork(request, None)})
+            # Opened here, before the fork: the files exist once the test has the pid, even
+            # if it kills the child before the child ran a line.
+            stdio = files(request)
+            try:
+                reply({"id": request["id"], "pid": fork(request, stdio)})
+            finally:
+                for fd in stdio:
+                    os.close(fd)
         elif key.data == "listener":
             conn, _ = listener.accept()
             try:

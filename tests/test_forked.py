@@ -101,6 +101,17 @@ def test_a_forked_process_reports_failures_and_signals(fork_server: ForkServer) 
     assert waiting.wait(timeout=30) == -signal.SIGKILL
 
 
+def test_a_child_killed_as_soon_as_it_started_still_has_its_output_files(
+    fork_server: ForkServer,
+) -> None:
+    # The server opens them before it forks: a test that kills a worker the moment it has
+    # its pid (its runs were already done) reads empty output, not a missing file.
+    for _ in range(20):
+        child = fork_server.start("code", "import time; time.sleep(60)")
+        child.kill()
+        assert child.communicate(timeout=30) == ("", "")
+
+
 def test_two_children_that_end_at_once_are_both_seen(fork_server: ForkServer) -> None:
     first = fork_server.start("code", "import time; time.sleep(0.2)")
     second = fork_server.start("code", "import time; time.sleep(0.2)")
