@@ -416,8 +416,6 @@ class SqliteStore(StoreCore):
             self._check_file()
         return cursor
 
-    _inline = True
-
     async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
         """:meth:`_run` of one statement, without a program around it; ``what()`` is called
         only to name a failure."""

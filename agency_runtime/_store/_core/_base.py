@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic_core import to_json
 
@@ -91,18 +91,15 @@ class CoreBase(ABC):
         """Run the program ``work()`` (``tx``: in one transaction; ``several``: it always
         sends more than one statement), its errors mapped to the store's naming ``what``."""
 
-    _inline: ClassVar[bool] = False
-    """Whether the executor runs statements inline on the calling thread (SQLite's does):
-    then :meth:`_write_now` runs one without awaiting anything."""
-
     def _write_now(
         self, what: Callable[[], str], query: str, params: Mapping[str, Any], *, check: Check
-    ) -> int:
-        """Run the one statement ``query``, which returns no rows, synchronously, by an
-        executor that runs statements inline (:attr:`_inline`); how many rows it changed.
-        A step's commit, on every step: no coroutine, :class:`Sql` or :class:`Result`
-        around it. ``what()`` names a failure."""
-        raise NotImplementedError(f"{type(self).__name__} does not run statements inline")
+    ) -> int | None:
+        """Run the one statement ``query``, which returns no rows, synchronously, if the
+        executor runs statements inline on the calling thread (SQLite's does): how many rows
+        it changed. ``None``: it does not (the caller awaits :meth:`_one`). A step's commit,
+        on every step: no coroutine, :class:`Sql` or :class:`Result` around it. ``what()``
+        names a failure."""
+        return None
 
     async def _one(self, what: Callable[[], str], sql: Sql, *, check: Check = None) -> Result:
         """Run the one statement ``sql`` (a one-statement program; an executor may run it

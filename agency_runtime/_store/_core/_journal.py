@@ -168,9 +168,10 @@ class JournalCore(CoreBase):
         def what() -> str:
             return f"commit step {entry.path!r} of run {entry.run_id!r}"
 
-        if self._inline:  # SQLite: executed right here, without awaiting a coroutine
-            return self._write_now(what, query, params, check="throttled") == 1
-        return (await self._one(what, Sql(query, params), check="throttled")).rowcount == 1
+        changed = self._write_now(what, query, params, check="throttled")  # SQLite: right here
+        if changed is None:
+            changed = (await self._one(what, Sql(query, params), check="throttled")).rowcount
+        return changed == 1
 
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
         if not answers:
