@@ -64,7 +64,7 @@ class Wakeups:
         entry = (soon, event)
         with self._lock:  # checked and registered at once: no ring falls in between
             if self._seen.get(task, self._rung) != self._rung:
-                self._returned(task)
+                self._sees_all(task)
                 return
             self._waiters.append(entry)
         try:
@@ -74,18 +74,18 @@ class Wakeups:
             with self._lock:
                 if entry in self._waiters:
                     self._waiters.remove(entry)
-                self._returned(task)
+                self._sees_all(task)
 
     def looking(self) -> None:
         """The calling task looks at the store now (a worker claims): a ring from now on
         ends its next :meth:`wait` at once, also before its first wait."""
         task = anyio.get_current_task().id
         with self._lock:
-            self._returned(task)
+            self._sees_all(task)
 
-    def _returned(self, task: int) -> None:
-        """Note that ``task``'s wait returns now (under the lock): what it looks at next
-        includes every ring so far."""
+    def _sees_all(self, task: int) -> None:
+        """Note (under the lock) that what ``task`` looks at next includes every ring so far:
+        its wait returns now, or it begins to look."""
         self._seen[task] = self._rung
         self._seen.move_to_end(task)
         if len(self._seen) > _REMEMBERED_TASKS:
