@@ -91,6 +91,7 @@ __all__ = [
     "run",
     "run_sync",
     "stored_result",
+    "warn_lease_lost",
 ]
 
 logger = logging.getLogger("agency_runtime.run")
@@ -312,16 +313,22 @@ async def _wait_for_holder(store: Store, run_id: str, delay: float) -> RunRecord
         delay = min(delay * 2, _WAIT_MAX)
 
 
+def warn_lease_lost(run_id: str) -> None:
+    """Log that run ``run_id`` lost its lease to another process (this execution's outcome
+    will not be stored)."""
+    logger.warning(
+        "run %r: lost its lease (another process took the run over); "
+        "its outcome here will not be stored",
+        run_id,
+    )
+
+
 async def _renew_lease(store: Store, run_id: str, owner: str, lease_seconds: float) -> None:
     clock = RUNTIME.clock
     while True:
         await clock.sleep(lease_seconds / 3)
         if not await store.renew_lease(run_id, owner=owner, lease_seconds=lease_seconds):
-            logger.warning(
-                "run %r: lost its lease (another process took the run over); "
-                "its outcome here will not be stored",
-                run_id,
-            )
+            warn_lease_lost(run_id)
             return
 
 

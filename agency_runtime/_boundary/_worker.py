@@ -40,7 +40,7 @@ from .._errors import AgencyError, InvalidArgumentError, StoreError
 from .._store import ClaimedRun, RunRecord, Store
 from ._handback import HandBack
 from ._queue import check_queue
-from ._run import LEASE_SECONDS, execute
+from ._run import LEASE_SECONDS, execute, warn_lease_lost
 from ._runtime import RUNTIME
 from ._schedules import fire_due
 
@@ -232,11 +232,7 @@ class Worker:
         except StoreError:
             return
         if current is not None and current.lease_owner not in (None, self.owner):
-            logger.warning(
-                "run %r: lost its lease (another process took the run over); "
-                "its outcome here will not be stored",
-                run_id,
-            )
+            warn_lease_lost(run_id)
 
     async def _fire_schedules(self, store: Store) -> None:
         """Start the schedules of this worker's queues that fell due (once each)."""
