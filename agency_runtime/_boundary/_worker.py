@@ -203,9 +203,14 @@ class Worker:
         next round (meanwhile the leases run on).
         """
         lost: set[str] = set()
+        clock, period = RUNTIME.clock, self.lease / 3
         with scope:
+            began = clock.time()
             while True:
-                await RUNTIME.clock.sleep(self.lease / 3)
+                # A round every period from the start of the last, not a period after its
+                # end: renewing many runs one after another must not stretch the interval.
+                await clock.sleep(max(0.0, began + period - clock.time()))
+                began = clock.time()
                 lost &= self._running.keys()
                 for run_id in [r for r in self._running if r not in lost]:
                     try:
