@@ -7,6 +7,7 @@ the entry's annotations where it has them.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 import weakref
@@ -229,7 +230,12 @@ def return_adapter(fn: Callable[..., Any], returns: Any = None) -> Adapter | Non
 
     ``None`` when there is nothing usable to validate into (no annotation, ``Any``,
     ``None``, or a type pydantic cannot validate). An ``Awaitable[T]`` annotation gives ``T``.
+    A ``functools.partial`` returns what its function returns: it is read (and cached) as
+    that function, not as the new partial object a loop makes for each step (which kept
+    one cache entry per step for as long as the process lived, and its annotation unread).
     """
+    while type(fn) is functools.partial:
+        fn = fn.func
     key: object = ("returns", returns) if returns is not None else getattr(fn, "__code__", fn)
     try:
         return _ADAPTERS[key]

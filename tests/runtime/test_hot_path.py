@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agency_runtime import JournalEntry, ResumableScope, SqliteStore, agency
 from agency_runtime._core import _branches
@@ -83,6 +83,48 @@ def test_a_step_returning_a_scalar_is_revived_into_its_annotation() -> None:
     assert adapter is not None
     assert adapter.validate_json("3") == 3.0
     assert type(adapter.validate_json("3")) is float
+
+
+class Priced(BaseModel):
+    cents: int
+
+
+def _price(cents: int) -> Priced:
+    return Priced(cents=cents)
+
+
+def test_a_partial_is_read_as_its_function_and_cached_once() -> None:
+    from agency_runtime._durable import _values
+
+    steps = [functools.partial(functools.partial(_price), n) for n in range(50)]
+    adapters = {id(return_adapter(step)) for step in steps}
+    assert len(adapters) == 1  # one adapter, the function's
+    adapter = return_adapter(steps[0])
+    assert adapter is not None
+    assert adapter.validate_json('{"cents": 3}') == Priced(cents=3)
+    assert not any(isinstance(key, functools.partial) for key in _values._ADAPTERS)
+
+
+async def test_a_partial_step_returns_its_function_annotation_now_and_on_replay(
+    tmp_path: Path,
+) -> None:
+    seen: list[object] = []
+
+    @agency.entry
+    async def flow() -> int:
+        async def body(s: ResumableScope) -> int:
+            priced = await s.step(functools.partial(_price, 3), name="price")
+            seen.append(priced)
+            await agency.interrupt("look")
+            return int(priced.cents)
+
+        return await agency.with_resumable_scope("partial", body)
+
+    store = SqliteStore(tmp_path / "s.db")
+    paused = await agency.run(flow, run_id="partial", store=store)
+    assert paused.status == "paused"
+    await agency.resume("partial", store=store)
+    assert seen == [Priced(cents=3), Priced(cents=3)]  # a model both times, not a dict
 
 
 # -- an entry's parameters, read once --------------------------------------------------------
