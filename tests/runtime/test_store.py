@@ -287,6 +287,46 @@ async def test_only_the_lease_holder_can_finish_a_run(store: Store) -> None:
     assert not await store.finish_run(done, owner="a")  # the lease is released
 
 
+async def test_steps_committed_together_are_fenced_each_by_its_own_lease(store: Store) -> None:
+    """``commit_steps`` (the PostgreSQL store's group commit) writes, in one statement, each
+    step whose owner holds its run's lease, and says which, in order."""
+    from agency_runtime._store._core import StoreCore
+
+    assert isinstance(store, StoreCore)
+    await store.claim_run(record("ra"), owner="a", lease_seconds=30)
+    await store.claim_run(record("rb"), owner="b", lease_seconds=30)
+    paused = await store.claim_run(record("rp"), owner="a", lease_seconds=30)
+    await store.finish_run(paused.record.model_copy(update={"status": "paused"}), owner="a")
+
+    def step(run_id: str, path: str, seq: int, **more: Any) -> JournalEntry:
+        return JournalEntry(run_id=run_id, path=path, seq=seq, name="n", callsite="f.py:1",
+                            result=f'"{path}"', created_at=1234.5678901234, **more)  # fmt: skip
+
+    written = await store.commit_steps(
+        [
+            (step("ra", "one", 1, cost_pico=10**15, tokens=7, locals='{"k": 1}'), "a"),
+            (step("rb", "one", 1), "a"),  # rb is b's
+            (step("ra", "two", 2, error='{"type": "X"}'), "a"),
+            (step("rp", "one", 1), "a"),  # paused: nobody holds it
+            (step("rb", "mine", 1), "b"),
+        ]
+    )
+    assert written == [True, False, True, False, True]
+    entries = (await store.load_journal("ra")).entries
+    assert [(e.path, e.seq, e.result) for e in entries] == [
+        ("one", 1, '"one"'),
+        ("two", 2, '"two"'),
+    ]
+    first, second = entries
+    assert (first.cost_pico, first.tokens, first.locals) == (10**15, 7, '{"k": 1}')
+    assert first.error is None
+    assert first.created_at == 1234.5678901234  # exactly: a float through JSON and back
+    assert second.error == '{"type": "X"}'
+    assert second.locals is None
+    assert [e.path for e in (await store.load_journal("rb")).entries] == ["mine"]
+    assert (await store.load_journal("rp")).entries == []
+
+
 async def test_list_runs_newest_first_with_a_status_filter(store: Store) -> None:
     for index, status in enumerate(["completed", "failed", "completed"]):
         claim = await store.claim_run(

@@ -173,6 +173,40 @@ class JournalCore(CoreBase):
             changed = (await self._one(what, Sql(query, params), check="throttled")).rowcount
         return changed == 1
 
+    @functools.cached_property
+    def _commit_steps_sql(self) -> str:
+        """:meth:`commit_steps`'s statement: the rows as one JSON parameter, each written when
+        its own owner holds its run's lease (the same check as one step's, row by row; the
+        runs' rows locked as one step's is), returning the keys of the rows written."""
+        d = self._d
+        columns = ", ".join(STEP_COLUMNS)
+        typed = (("owner", "text"), *((c, _STEP_TYPES.get(c, "text")) for c in STEP_COLUMNS))
+        return (
+            f"WITH x AS (SELECT * FROM {d.rows_of('rows', typed)}), "
+            f"lease AS (SELECT run_id, lease_owner FROM {d.t}runs "
+            f"WHERE run_id IN (SELECT run_id FROM x) AND status = 'running'{d.for_share}) "
+            f"INSERT INTO {d.t}steps ({columns}) "
+            f"SELECT {', '.join(f'x.{c}' for c in STEP_COLUMNS)} FROM x JOIN lease "
+            "ON lease.run_id = x.run_id AND lease.lease_owner = x.owner "
+            "RETURNING run_id, path"
+        )
+
+    async def commit_steps(self, commits: list[tuple[JournalEntry, str]]) -> list[bool]:
+        """Commit several steps, each ``(entry, owner)``, in one statement: whether each was
+        written (its owner held its run's lease), in order. As :meth:`commit_step` for each,
+        but one round trip and one transaction; a row the database refuses (a step already
+        journaled) fails them all, so callers then commit each alone."""
+        rows = [{**entry.__dict__, "owner": owner} for entry, owner in commits]
+        params = {"rows": json_rows(rows)}
+        query = self._commit_steps_sql
+
+        def work() -> Op[set[tuple[str, str]]]:
+            written = yield Sql(query, params)
+            return {(str(run_id), str(path)) for run_id, path in written.rows}
+
+        keys = await self._run(f"commit {len(commits)} steps", work)
+        return [(entry.run_id, entry.path) in keys for entry, _ in commits]
+
     async def record_interrupts(self, answers: list[InterruptAnswer], *, owner: str) -> bool:
         if not answers:
             return True
@@ -299,6 +333,10 @@ class JournalCore(CoreBase):
 
 _NULLABLE = ("locals", "scopes", "deltas", "error")
 """The step columns that may be ``NULL`` (see ``JournalCore._commit_step_sqls``)."""
+
+_STEP_TYPES = {"seq": "bigint", "cost_pico": "bigint", "tokens": "bigint",
+               "created_at": "double precision"}  # fmt: skip
+"""The SQL types of the step columns that are not text (``JournalCore._commit_steps_sql``)."""
 
 
 def _nulls(values: Mapping[str, Any]) -> tuple[bool, ...]:
