@@ -38,6 +38,7 @@ the store's ``clock`` when it was given one, else from the database server's clo
 
 from __future__ import annotations
 
+import asyncio
 import math
 import secrets
 import threading
@@ -54,7 +55,7 @@ from pydantic_core import to_json
 from .._clock import Clock
 from .._errors import InvalidArgumentError, StoreError, StoreUnavailableError
 from .._secrets import mask
-from .._types import MemoryRecord
+from .._types import JournalEntry, MemoryRecord
 from ._core import (
     Check,
     Dialect,
@@ -65,6 +66,7 @@ from ._core import (
     StoreCore,
     drive,
 )
+from ._pg_group import GroupCommit
 from ._pg_pool import AsyncPool
 from ._pg_schema import LIVENESS_CLASS, SCHEMA_VERSION, channel, migrate, quoted
 from ._protocols import ClaimedRun
@@ -387,6 +389,10 @@ class PostgresStore(StoreCore):
         # cursor its statements run on (made once: a cursor costs more than a statement's
         # own Python work on psycopg's side).
         self._cursors: weakref.WeakKeyDictionary[AConn, ACursor] = weakref.WeakKeyDictionary()
+        # Each event loop's step commits (their groups: one loop's tasks wait on each other).
+        self._groups: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, GroupCommit[tuple[JournalEntry, str]]
+        ] = weakref.WeakKeyDictionary()
         self._apool = AsyncPool(
             self._aconnect,
             max_size=max(min_size, max_size),
@@ -539,6 +545,23 @@ class PostgresStore(StoreCore):
                 f"{text}. Check that the server is running and reachable"
             )
         return StoreError(f"the PostgreSQL store {self._where} failed to {what}: {text}")
+
+    # -- steps -------------------------------------------------------------------------------
+
+    async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
+        """The core's commit, on asyncio through this loop's :class:`~._pg_group.GroupCommit`:
+        alone when no commit of the loop's is in flight, else with the others that wait for
+        it, in one statement (:meth:`commit_steps`)."""
+        if _current_async_library() != "asyncio":
+            return await super().commit_step(entry, owner=owner)
+        loop = asyncio.get_running_loop()
+        group = self._groups.get(loop)
+        if group is None:
+            group = self._groups[loop] = GroupCommit(self._commit_alone, self.commit_steps)
+        return await group.commit((entry, owner))
+
+    async def _commit_alone(self, commit: tuple[JournalEntry, str]) -> bool:
+        return await super().commit_step(commit[0], owner=commit[1])
 
     # -- wake-ups ---------------------------------------------------------------------------
 

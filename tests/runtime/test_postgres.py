@@ -179,6 +179,95 @@ async def test_a_commit_under_way_finishes_though_its_caller_is_cancelled(
     assert [entry.path for entry in (await store.load_journal("r")).entries] == ["one"]
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_steps_committed_while_one_is_in_flight_go_together(
+    make_store: Callable[..., PostgresStore],
+) -> None:
+    """On asyncio, the commits a loop's tasks make while one of theirs is on its way go
+    together, in one statement, when it returns: every step lands, in its run, in order."""
+    store = make_store()
+    groups: list[int] = []
+    together = store.commit_steps
+
+    async def counted(commits: list[tuple[JournalEntry, str]]) -> list[bool]:
+        groups.append(len(commits))
+        return await together(commits)
+
+    store.commit_steps = counted  # type: ignore[method-assign]
+    runs = [f"r{i}" for i in range(8)]
+    for run_id in runs:
+        assert (await store.claim_run(_run(run_id), owner="w", lease_seconds=60)).acquired
+
+    async def steps(run_id: str) -> None:
+        for seq in range(1, 6):
+            assert await store.commit_step(_step(run_id, f"s{seq}", seq), owner="w")
+
+    async with anyio.create_task_group() as tasks:
+        for run_id in runs:
+            tasks.start_soon(steps, run_id)
+    assert groups  # the eight runs' commits met
+    assert max(groups) > 1
+    assert sum(groups) < 8 * 5  # some went alone (the first, at least)
+    for run_id in runs:
+        journal = await store.load_journal(run_id)
+        assert [(e.path, e.seq) for e in journal.entries] == [(f"s{n}", n) for n in range(1, 6)]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_group_the_server_refuses_is_answered_step_by_step(
+    make_store: Callable[..., PostgresStore], dsn: str
+) -> None:
+    """A step already journaled fails its group's statement; each member is then committed
+    alone: that one gets the error it gets alone, the others are written or fenced."""
+    store = make_store()
+    groups: list[list[str]] = []
+    together = store.commit_steps
+
+    async def counted(commits: list[tuple[JournalEntry, str]]) -> list[bool]:
+        groups.append(sorted(entry.run_id for entry, _ in commits))
+        return await together(commits)
+
+    store.commit_steps = counted  # type: ignore[method-assign]
+    for run_id in ("blocker", "r1", "r2"):
+        assert (await store.claim_run(_run(run_id), owner="w", lease_seconds=60)).acquired
+    assert (await store.claim_run(_run("theirs"), owner="x", lease_seconds=60)).acquired
+    assert await store.commit_step(_step("r2", "done", 1), owner="w")
+    other = psycopg.connect(dsn, autocommit=True)
+    out: dict[str, object] = {}
+
+    async def commit(key: str, entry: JournalEntry) -> None:
+        try:
+            out[key] = await store.commit_step(entry, owner="w")
+        except StoreError as exc:
+            out[key] = exc
+
+    try:
+        other.execute("BEGIN")  # holds the blocker's commit in flight: the others gather
+        other.execute(
+            f'SELECT 1 FROM "{store.schema}".runs WHERE run_id = %s FOR UPDATE', ("blocker",)
+        )
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(commit, "blocker", _step("blocker", "b", 1))
+            await wait_for(lambda: _lock_waits(dsn, store.schema) > 0, timeout=10)
+            tasks.start_soon(commit, "new", _step("r1", "one", 1))
+            tasks.start_soon(commit, "again", _step("r2", "done", 2))
+            tasks.start_soon(commit, "fenced", _step("theirs", "t", 1))
+            await anyio.wait_all_tasks_blocked()
+            await anyio.to_thread.run_sync(other.execute, "COMMIT")
+    finally:
+        other.close()
+    assert groups == [["r1", "r2", "theirs"]]  # tried together once, then each alone
+    assert out["blocker"] is True
+    assert out["new"] is True
+    assert out["fenced"] is False
+    assert isinstance(out["again"], StoreError)
+    assert "commit step 'done' of run 'r2'" in str(out["again"])
+    assert "already exists" in str(out["again"])
+    assert [e.path for e in (await store.load_journal("r1")).entries] == ["one"]
+    assert [e.path for e in (await store.load_journal("r2")).entries] == ["done"]
+    assert (await store.load_journal("theirs")).entries == []
+
+
 async def test_on_asyncio_single_statements_run_on_the_event_loop_the_rest_on_threads(
     make_store: Callable[..., PostgresStore], anyio_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
