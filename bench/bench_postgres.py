@@ -68,8 +68,11 @@ import anyio.to_thread
 import psycopg
 
 from agency_runtime import SqliteStore, Worker, agency, open_store
+from agency_runtime._store._pg_schema import channel
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.pg_cluster import liveness_sessions  # noqa: E402  (the repository's, beside bench/)
 
 STEPS = 2000
 RESULT_SIZE = 100
@@ -181,7 +184,6 @@ def postgres() -> Iterator[tuple[str, bool]]:
     if dsn:
         yield dsn, False
         return
-    sys.path.insert(0, str(ROOT))
     from tests.pg_cluster import start, stop
 
     cluster = start()
@@ -403,12 +405,18 @@ async def drain_in_process(schemas: Schemas, flows: Any) -> dict[str, Any]:
 
 def drain_processes(schemas: Schemas, flows: Any, tmp: Path, steps: int = 1) -> dict[str, Any]:
     """Drain 1000 queued runs of ``steps`` journaled steps (``one_step`` or ``five_steps``)
-    with worker processes."""
+    with worker processes, started as the ceiling's clients are: the runs wait in a queue no
+    worker serves until every worker is up (imported, its store open, holding its liveness
+    session), then one transaction moves them all to the workers' queue and notifies them.
+    A worker still importing while the others drain (~0.4 s of CPU each) would otherwise be
+    counted against the drain."""
     tag = "cli" if steps == 1 else f"cli{steps}"
     entry = flows.one_step if steps == 1 else flows.five_steps
-    url = schemas.url(schemas.new(tag))
+    schema = schemas.new(tag)
+    url = schemas.url(schema)
     ledger = tmp / f"ledger-{tag}.txt"
-    ids, enqueue_s = anyio.run(enqueue_all, entry, url, tag, str(ledger))
+    ids, enqueue_s = anyio.run(enqueue_all, entry, url, f"{tag}-held", str(ledger))
+    sessions = liveness_sessions(schemas.dsn)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp)])}
     env.pop("AGENCY_STORE", None)
     command = [
@@ -436,7 +444,15 @@ def drain_processes(schemas: Schemas, flows: Any, tmp: Path, steps: int = 1) -> 
     try:
         deadline = time.monotonic() + 120
         with psycopg.connect(schemas.dsn, autocommit=True) as conn:
-            schema = url.rsplit("schema=", 1)[1]
+            while liveness_sessions(schemas.dsn) < sessions + WORKERS:
+                if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                    break
+                time.sleep(0.05)
+            with conn.transaction():  # go
+                conn.execute(
+                    f'UPDATE "{schema}".runs SET queue = %s WHERE queue = %s', (tag, f"{tag}-held")
+                )
+                conn.execute("SELECT pg_notify(%s, 'go')", (channel(schema),))
             while time.monotonic() < deadline:
                 row = conn.execute(
                     f"SELECT count(*) FROM \"{schema}\".runs WHERE status = 'completed'"
