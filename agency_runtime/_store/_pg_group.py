@@ -42,7 +42,9 @@ class _Group(Generic[T]):
 
 class GroupCommit(Generic[T]):
     """One event loop's commits: ``alone(item)`` sends one, ``together(items)`` several in
-    one statement (whether each was written, in order). Used by that loop's tasks only."""
+    one statement (whether each was written, in order). Used by that loop's tasks only.
+    ``alone`` must do what the store's statements do: refuse a caller cancelled before it
+    sends, and run to its end once it has."""
 
     __slots__ = ("_alone", "_gathering", "_in_flight", "_together")
 
@@ -59,6 +61,15 @@ class GroupCommit(Generic[T]):
     async def commit(self, item: T) -> bool:
         """Whether ``item`` was written: sent alone at once when nothing is in flight, else
         with the group gathering behind the commit in flight."""
+        if self._in_flight is None and self._gathering is None:  # alone, at once (``alone``
+            group = self._in_flight = _Group(item)  # refuses a cancelled caller itself)
+            try:
+                written = await self._alone(item)
+                group.outcome = [written]
+                return written
+            finally:
+                self._in_flight = None
+                group.done.set()
         await anyio.lowlevel.checkpoint_if_cancelled()
         with anyio.CancelScope(shield=True):
             written = await self._commit(item)

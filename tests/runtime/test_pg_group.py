@@ -8,6 +8,7 @@ The sends here are fakes that wait for the test to release them; the PostgreSQL 
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from agency_runtime._store._pg_group import GroupCommit
@@ -39,6 +40,7 @@ class Server:
         await self.gate.wait()
 
     async def alone(self, item: str) -> bool:
+        await anyio.lowlevel.checkpoint_if_cancelled()  # as the store's: nothing sent then
         await self._wait("alone", [item])
         if item.startswith("bad"):
             raise ValueError(f"refused {item}")
