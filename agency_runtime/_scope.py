@@ -179,15 +179,21 @@ def _code_names(code: CodeType, closure: dict[str, Any], found: dict[str, None])
             _code_names(const, {}, found)
 
 
-_LAMBDA_NAMES: dict[tuple[CodeType, str, tuple[bool, ...]], str] = {}
+_LAMBDA_NAMES: dict[tuple[int, str, int], tuple[CodeType, str]] = {}
 _MAX_CACHED_NAMES = 4096
 
 
-def _holds_callable(cell: Any) -> bool:
-    try:
-        return callable(cell.cell_contents)
-    except ValueError:  # an empty cell
-        return False
+def _callable_cells(cells: tuple[Any, ...]) -> int:
+    """Which of ``cells`` hold a callable, as bits (bit ``k``: cell ``k``; an empty cell
+    holds none)."""
+    bits = 0
+    for k, cell in enumerate(cells):
+        try:
+            if callable(cell.cell_contents):
+                bits |= 1 << k
+        except ValueError:  # an empty cell
+            continue
+    return bits
 
 
 def _lambda_name(name: str, code: CodeType, cells: tuple[Any, ...]) -> str:
@@ -220,14 +226,17 @@ def step_name(fn: Callable[..., Any]) -> str:
         if isinstance(code, CodeType):
             cells = getattr(fn, "__closure__", None) or ()
             # The name depends on the code and on which closure variables hold callables
-            # only: found once per such combination (a loop's lambda steps share one).
-            key = (code, name, tuple(map(_holds_callable, cells)))
-            named = _LAMBDA_NAMES.get(key)
-            if named is None:
-                named = _lambda_name(name, code, cells)
-                if len(_LAMBDA_NAMES) >= _MAX_CACHED_NAMES:
-                    _LAMBDA_NAMES.clear()
-                _LAMBDA_NAMES[key] = named
+            # only: found once per such combination (a loop's lambda steps share one). The
+            # key holds the code's id (hashing a code object hashes its contents), the entry
+            # the code itself, so the id stays its own (as _where's cache does).
+            key = (id(code), name, _callable_cells(cells) if cells else 0)
+            cached = _LAMBDA_NAMES.get(key)
+            if cached is not None and cached[0] is code:
+                return cached[1]
+            named = _lambda_name(name, code, cells)
+            if len(_LAMBDA_NAMES) >= _MAX_CACHED_NAMES:
+                _LAMBDA_NAMES.clear()
+            _LAMBDA_NAMES[key] = (code, named)
             return named
         return name
     inner = getattr(fn, "func", None)  # functools.partial

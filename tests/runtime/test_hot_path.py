@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from agency_runtime import JournalEntry, ResumableScope, SqliteStore, agency
+from agency_runtime import JournalEntry, ResumableScope, SqliteStore, _scope, agency
 from agency_runtime._core import _branches
 from agency_runtime._core._branches import at_base, run_root, tick
 from agency_runtime._core._jsondata import MAX_DEPTH, json_problem
@@ -318,6 +318,17 @@ def test_a_lambda_with_an_empty_cell_is_named_as_before() -> None:
         return step
 
     assert step_name(make()).endswith(".<lambda>")
+
+
+def test_a_lambda_name_is_not_taken_from_another_code_at_the_same_id() -> None:
+    step = lambda: len("x")  # noqa: E731
+    code = step.__code__
+    other = (lambda: max([1])).__code__  # a code that once had this id
+    _scope._LAMBDA_NAMES[(id(code), step.__qualname__, 0)] = (other, "<lambda:max>")
+    try:
+        assert step_name(step).endswith(".<lambda:len>")
+    finally:
+        _scope._LAMBDA_NAMES.clear()
 
 
 # -- what a step's result may hold -------------------------------------------------------------
