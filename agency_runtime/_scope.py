@@ -64,6 +64,16 @@ _SAME_AFTER_JSON = frozenset({str, int, bool, type(None)})
 """Result types a JSON round trip gives back unchanged (a step returns them as they are)."""
 
 
+def _flat(result: dict[Any, Any]) -> bool:
+    """Whether the dict ``result`` has string keys and values of :data:`_SAME_AFTER_JSON`
+    types only (exactly: no subclasses): it is JSON data, and its JSON round trip is a copy
+    of it (a step returns ``dict(result)``, without checking it further or parsing its JSON)."""
+    for key, value in result.items():
+        if type(key) is not str or type(value) not in _SAME_AFTER_JSON:
+            return False
+    return True
+
+
 def _wants_arguments(fn: Callable[..., Any], exc: TypeError) -> bool:
     """Whether calling ``fn()`` raised ``exc`` itself, because ``fn`` needs arguments.
 
@@ -382,7 +392,13 @@ class ResumableScope:
         adapter = self._adapter(fn, returns)
 
         def encode(result: Any) -> tuple[str, Any]:
-            problem = json_problem(result)
+            kind = type(result)
+            # A str, int, bool or None, or a flat dict of them: JSON data, whose JSON round
+            # trip gives back the value itself (a dict: a copy of it).
+            plain = adapter is None and (
+                kind in _SAME_AFTER_JSON or (kind is dict and _flat(result))
+            )
+            problem = None if plain else json_problem(result)
             if problem is not None:
                 raise StepResultError(
                     f"{self._returned(path, step_name, result)}, which cannot be journaled as "
@@ -395,8 +411,8 @@ class ResumableScope:
                     f"{self._returned(path, step_name, result)}, which cannot be journaled as "
                     f"JSON ({exc}); return JSON data or a pydantic model"
                 ) from exc
-            if adapter is None and type(result) in _SAME_AFTER_JSON:
-                return text, result  # a str, int, bool or None comes back as it went
+            if plain:
+                return text, dict(result) if kind is dict else result
             try:
                 value = from_json(text) if adapter is None else adapter.validate_json(text)
             except ValidationError as exc:

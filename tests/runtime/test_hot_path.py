@@ -334,6 +334,30 @@ def test_a_lambda_name_is_not_taken_from_another_code_at_the_same_id() -> None:
 # -- what a step's result may hold -------------------------------------------------------------
 
 
+class _Level(enum.StrEnum):
+    LOW = "low"
+
+
+async def test_a_flat_dict_result_comes_back_as_a_copy_and_others_through_json() -> None:
+    held = {"i": 1, "ok": True, "s": "x", "n": None}
+    levelled = {"level": _Level.LOW}  # a str subclass: its JSON comes back a plain str
+
+    async def body(s: ResumableScope) -> tuple[Any, ...]:
+        return (
+            await s.step(lambda: held),
+            await s.step(lambda: levelled),
+            await s.step(lambda: {"t": (1, 2)}),
+        )
+
+    with agency.test_context():
+        flat, revived, nested = await agency.with_resumable_scope("flat", body)
+    assert flat == held
+    assert flat is not held
+    assert revived == {"level": "low"}
+    assert type(revived["level"]) is str
+    assert nested == {"t": [1, 2]}
+
+
 def _nested(depth: int, leaf: object) -> object:
     for _ in range(depth):
         leaf = [leaf]
