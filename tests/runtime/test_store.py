@@ -327,6 +327,54 @@ async def test_steps_committed_together_are_fenced_each_by_its_own_lease(store: 
     assert (await store.load_journal("rp")).entries == []
 
 
+async def test_outcomes_stored_together_are_what_each_stored_alone_would_be(store: Store) -> None:
+    """``finish_runs`` (the PostgreSQL store's grouped outcomes) stores, in one statement,
+    each outcome whose owner holds its run's lease, exactly as ``finish_run`` would, and says
+    which, in order."""
+    from agency_runtime._store._core import StoreCore
+
+    assert isinstance(store, StoreCore)
+    endings: list[tuple[str, dict[str, Any], tuple[int, int]]] = [
+        ("done", {"status": "completed", "value": '{"a": [1, "x"]}', "cost_pico": 10**15,
+                  "tokens": 9, "finished_at": 1234.5678901234}, (7, 3)),
+        ("broke", {"status": "failed", "error": ErrorInfo(type="Boom", message="it broke"),
+                   "finished_at": 99.5}, (0, 0)),
+        ("back", {"status": "queued"}, (0, 0)),
+        ("nap", {"status": "waiting", "wake_at": 5000.25}, (1, 0)),
+    ]  # fmt: skip
+    for prefix in ("alone-", "group-"):
+        for name, _, _ in endings:
+            await store.claim_run(record(prefix + name), owner="w", lease_seconds=30)
+    await store.claim_run(record("theirs"), owner="x", lease_seconds=30)
+
+    def ending(prefix: str, name: str, fields: dict[str, Any]) -> RunRecord:
+        return record(prefix + name).model_copy(update=fields)
+
+    for name, fields, unjournaled in endings:
+        assert await store.finish_run(
+            ending("alone-", name, fields), owner="w", unjournaled=unjournaled
+        )
+    written = await store.finish_runs(
+        [
+            (ending("group-", name, fields), "w", unjournaled)
+            for name, fields, unjournaled in endings
+        ]
+        + [(ending("", "theirs", {"status": "completed"}), "w", (0, 0))]
+    )
+    assert written == [True, True, True, True, False]
+    same = {"run_id", "created_at", "started_at", "updated_at", "seq"}  # the claims' times
+    for name, _, _ in endings:
+        alone = await store.get_run("alone-" + name)
+        grouped = await store.get_run("group-" + name)
+        assert alone is not None
+        assert grouped is not None
+        assert grouped.model_dump(exclude=same) == alone.model_dump(exclude=same)
+        assert grouped.lease_owner is None
+    theirs = await store.get_run("theirs")
+    assert theirs is not None
+    assert (theirs.status, theirs.lease_owner) == ("running", "x")
+
+
 async def test_list_runs_newest_first_with_a_status_filter(store: Store) -> None:
     for index, status in enumerate(["completed", "failed", "completed"]):
         claim = await store.claim_run(

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..._errors import RunNotFoundError
 from ..._types import Checkpoint, Claim, RunRecord, RunStatus
 from .._rows import STEP_COLUMNS, error_json, interrupts_json, run_values, waiting_json
 from .._rules import claim_decision
-from ._base import COLS, VALUES, CoreBase, listed
+from ._base import COLS, VALUES, CoreBase, json_rows, listed
 from ._base import record as run_record
 from ._program import Op, Sql
 
@@ -107,15 +108,7 @@ class RunsCore(CoreBase):
         # A run parking to wait for events needs a transaction: see the check below.
         parks = record.status == "waiting" and bool(record.waiting_for)
         finish = d.notifying(
-            f"UPDATE {t}runs SET status = %(status)s, value = %(value)s, "
-            "error = %(error)s, interrupts = %(interrupts)s, cost_pico = %(cost)s, "
-            "descendants_pico = %(descendants)s, tokens = %(tokens)s, "
-            "unjournaled_pico = unjournaled_pico + %(upico)s, "
-            "unjournaled_tokens = unjournaled_tokens + %(utokens)s, "
-            f"finished_at = %(finished)s, updated_at = {d.now}, version = version + 1, "
-            "queue = CASE WHEN %(status)s = 'queued' THEN COALESCE(queue, 'default') "
-            "ELSE queue END, lease_owner = NULL, lease_expires_at = NULL, "
-            "wake_at = %(wake_at)s, waiting_for = %(waiting_for)s "
+            f"UPDATE {t}runs AS u SET {self._finish_set(lambda name: f'%({name})s')} "
             "WHERE run_id = %(run)s AND lease_owner = %(owner)s AND status = 'running'",
             "run_id",
         )
@@ -160,6 +153,71 @@ class RunsCore(CoreBase):
             self._wakeups.ring()
             self._finished(record.status)
         return finished
+
+    def _finish_set(self, value: Callable[[str], str]) -> str:
+        """The ``SET`` list of a run's outcome, ``value(name)`` the SQL of each value (a
+        parameter, or a column of the rows of :meth:`finish_runs`)."""
+        status = value("status")
+        return (
+            f"status = {status}, value = {value('value')}, error = {value('error')}, "
+            f"interrupts = {value('interrupts')}, cost_pico = {value('cost')}, "
+            f"descendants_pico = {value('descendants')}, tokens = {value('tokens')}, "
+            f"unjournaled_pico = u.unjournaled_pico + {value('upico')}, "
+            f"unjournaled_tokens = u.unjournaled_tokens + {value('utokens')}, "
+            f"finished_at = {value('finished')}, updated_at = {self._d.now}, "
+            f"version = u.version + 1, queue = CASE WHEN {status} = 'queued' "
+            "THEN COALESCE(u.queue, 'default') ELSE u.queue END, lease_owner = NULL, "
+            f"lease_expires_at = NULL, wake_at = {value('wake_at')}, "
+            f"waiting_for = {value('waiting_for')}"
+        )
+
+    @functools.cached_property
+    def _finish_runs_sql(self) -> str:
+        """:meth:`finish_runs`'s statement: one row per outcome, each run updated when its
+        row's owner holds its lease, and the notification of each run updated."""
+        d = self._d
+        columns = (
+            ("run", "text"), ("owner", "text"), ("status", "text"), ("value", "text"),
+            ("error", "text"), ("interrupts", "text"), ("cost", "bigint"),
+            ("descendants", "bigint"), ("tokens", "bigint"), ("upico", "bigint"),
+            ("utokens", "bigint"), ("finished", "double precision"),
+            ("wake_at", "double precision"), ("waiting_for", "text"),
+        )  # fmt: skip
+        return d.notifying(
+            f"UPDATE {d.t}runs AS u SET {self._finish_set(lambda name: f'x.{name}')} "
+            f"FROM {d.rows_of('rows', columns)} WHERE u.run_id = x.run "
+            "AND u.lease_owner = x.owner AND u.status = 'running'",
+            "run_id",
+        )
+
+    async def finish_runs(
+        self, outcomes: list[tuple[RunRecord, str, tuple[int, int]]]
+    ) -> list[bool]:
+        """Store several runs' outcomes, each ``(record, owner, unjournaled)``, in one
+        statement: whether each was stored (its owner held its lease), in order. As
+        :meth:`finish_run` for each (without ``forget``; not a run parking to wait for
+        events: those need their own transaction), but one round trip."""
+        rows = [
+            {"run": r.run_id, "owner": owner, "status": r.status, "value": r.value,
+             "error": error_json(r.error), "interrupts": interrupts_json(r.interrupts),
+             "cost": r.cost_pico, "descendants": r.descendants_pico, "tokens": r.tokens,
+             "upico": pico, "utokens": tokens, "finished": r.finished_at,
+             "wake_at": r.wake_at, "waiting_for": waiting_json(r.waiting_for)}
+            for r, owner, (pico, tokens) in outcomes
+        ]  # fmt: skip
+        params = {"rows": json_rows(rows), "now": self._now_param()}
+        query = self._finish_runs_sql
+
+        def work() -> Op[set[str]]:
+            return {str(row[0]) for row in (yield Sql(query, params)).rows}
+
+        stored = await self._run(f"store the outcomes of {len(rows)} runs", work, check="always")
+        if stored:
+            self._wakeups.ring()
+        for record, _, _ in outcomes:
+            if record.run_id in stored:
+                self._finished(record.status)
+        return [record.run_id in stored for record, _, _ in outcomes]
 
     def _finished(self, status: str) -> None:
         """Called after a run's outcome (``status``) was stored (the SQLite store trims its
