@@ -11,7 +11,7 @@ trio (psycopg's async API is asyncio-only), run on a connection of a psycopg 3
 back, while on the loop each would wait for the task's next turn, so on a busy loop a claim
 would hold its row locks, and keep a worker's slots empty, several times longer. On
 asyncio, steps that tasks of one loop commit while another of theirs is in flight go
-together when it returns, in one statement (:mod:`._pg_group`).
+together when it returns, in one statement (:mod:`._pg_group`); so do runs' outcomes.
 
 Connections are in autocommit mode, and a statement a connection runs a second time is
 prepared on the server (:data:`PREPARE_THRESHOLD`), which spares PostgreSQL parsing it again
@@ -57,7 +57,7 @@ from pydantic_core import to_json
 from .._clock import Clock
 from .._errors import InvalidArgumentError, StoreError, StoreUnavailableError
 from .._secrets import mask
-from .._types import JournalEntry, MemoryRecord
+from .._types import JournalEntry, MemoryRecord, RunRecord
 from ._core import (
     Check,
     Dialect,
@@ -391,9 +391,13 @@ class PostgresStore(StoreCore):
         # cursor its statements run on (made once: a cursor costs more than a statement's
         # own Python work on psycopg's side).
         self._cursors: weakref.WeakKeyDictionary[AConn, ACursor] = weakref.WeakKeyDictionary()
-        # Each event loop's step commits (their groups: one loop's tasks wait on each other).
+        # Each event loop's step commits and outcomes (their groups: one loop's tasks wait on
+        # each other).
         self._groups: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, GroupCommit[tuple[JournalEntry, str]]
+        ] = weakref.WeakKeyDictionary()
+        self._outcome_groups: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, GroupCommit[tuple[RunRecord, str, tuple[int, int]]]
         ] = weakref.WeakKeyDictionary()
         self._apool = AsyncPool(
             self._aconnect,
@@ -564,6 +568,34 @@ class PostgresStore(StoreCore):
 
     async def _commit_alone(self, commit: tuple[JournalEntry, str]) -> bool:
         return await super().commit_step(commit[0], owner=commit[1])
+
+    async def finish_run(
+        self,
+        record: RunRecord,
+        *,
+        owner: str,
+        unjournaled: tuple[int, int] = (0, 0),
+        forget: Sequence[str] = (),
+    ) -> bool:
+        """The core's outcome, grouped on asyncio as steps are (:meth:`commit_step`), unless
+        it needs a transaction of its own (``forget``; a run parking to wait for events)."""
+        if (
+            forget
+            or (record.status == "waiting" and record.waiting_for)
+            or _current_async_library() != "asyncio"
+        ):
+            return await super().finish_run(
+                record, owner=owner, unjournaled=unjournaled, forget=forget
+            )
+        loop = asyncio.get_running_loop()
+        group = self._outcome_groups.get(loop)
+        if group is None:
+            group = self._outcome_groups[loop] = GroupCommit(self._finish_alone, self.finish_runs)
+        return await group.commit((record, owner, unjournaled))
+
+    async def _finish_alone(self, outcome: tuple[RunRecord, str, tuple[int, int]]) -> bool:
+        record, owner, unjournaled = outcome
+        return await super().finish_run(record, owner=owner, unjournaled=unjournaled)
 
     # -- wake-ups ---------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ money and recall ranking equal to SQLite's. The generic store tests run on postg
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -211,6 +212,51 @@ async def test_steps_committed_while_one_is_in_flight_go_together(
     for run_id in runs:
         journal = await store.load_journal(run_id)
         assert [(e.path, e.seq) for e in journal.entries] == [(f"s{n}", n) for n in range(1, 6)]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_outcomes_stored_while_one_is_in_flight_go_together(
+    make_store: Callable[..., PostgresStore],
+) -> None:
+    """Runs' outcomes are grouped as steps are; an outcome that needs a transaction of its
+    own (forgetting steps) goes alone, and one whose lease is another's is refused."""
+    store = make_store()
+    groups: list[list[str]] = []
+    together = store.finish_runs
+
+    async def counted(outcomes: list[tuple[RunRecord, str, tuple[int, int]]]) -> list[bool]:
+        groups.append(sorted(record.run_id for record, _, _ in outcomes))
+        return await together(outcomes)
+
+    store.finish_runs = counted  # type: ignore[method-assign]
+    runs = [f"r{i}" for i in range(8)]
+    for run_id in [*runs, "forgets"]:
+        assert (await store.claim_run(_run(run_id), owner="w", lease_seconds=60)).acquired
+    assert (await store.claim_run(_run("theirs"), owner="x", lease_seconds=60)).acquired
+    assert await store.commit_step(_step("forgets", "gone", 1), owner="w")
+    out: dict[str, bool] = {}
+
+    async def finish(run_id: str, **more: Any) -> None:
+        done = _run(run_id, status="completed", value=f'"{run_id}"')
+        out[run_id] = await store.finish_run(done, owner="w", **more)
+
+    async with anyio.create_task_group() as tasks:
+        for run_id in runs:
+            tasks.start_soon(finish, run_id)
+        tasks.start_soon(functools.partial(finish, "forgets", forget=["gone"]))
+        tasks.start_soon(finish, "theirs")
+    assert out == {**dict.fromkeys(runs, True), "forgets": True, "theirs": False}
+    assert groups  # some went together
+    assert all("forgets" not in group for group in groups)
+    for run_id in runs:
+        stored = await store.get_run(run_id)
+        assert stored is not None
+        assert (stored.status, stored.value, stored.lease_owner) == (
+            "completed",
+            f'"{run_id}"',
+            None,
+        )
+    assert (await store.load_journal("forgets")).entries == []
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
