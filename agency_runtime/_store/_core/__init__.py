@@ -19,7 +19,7 @@ from ._memory import MemoryCore
 from ._program import Op, Result, Sql, changed_one, drive
 from ._queues import QueuesCore
 from ._retention import PRUNE_BATCH, RetentionCore
-from ._runs import RunsCore
+from ._runs import RunsCore, parks_for_events
 from ._schedules import SchedulesCore
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "changed_one",
     "drive",
     "json_rows",
+    "parks_for_events",
 ]
 
 

@@ -14,7 +14,7 @@ from ._base import COLS, VALUES, CoreBase, json_rows, listed
 from ._base import record as run_record
 from ._program import Op, Sql
 
-__all__ = ["RunsCore"]
+__all__ = ["RunsCore", "parks_for_events"]
 
 
 class RunsCore(CoreBase):
@@ -96,17 +96,11 @@ class RunsCore(CoreBase):
         d = self._d
         t = d.t
         params: dict[str, Any] = {
-            "run": record.run_id, "owner": owner, "status": record.status,
-            "value": record.value, "error": error_json(record.error),
-            "interrupts": interrupts_json(record.interrupts), "cost": record.cost_pico,
-            "descendants": record.descendants_pico, "tokens": record.tokens,
-            "finished": record.finished_at,
-            "now": self._now_param(), "forget": d.array(list(forget)),
-            "wake_at": record.wake_at, "waiting_for": waiting_json(record.waiting_for),
-            "names": d.array(list(record.waiting_for)),
+            **_outcome_values(record, owner), "now": self._now_param(),
+            "forget": d.array(list(forget)), "names": d.array(list(record.waiting_for)),
         }  # fmt: skip
         # A run parking to wait for events needs a transaction: see the check below.
-        parks = record.status == "waiting" and bool(record.waiting_for)
+        parks = parks_for_events(record)
         finish = d.notifying(
             f"UPDATE {t}runs AS u SET {self._finish_set(lambda name: f'%({name})s')} "
             "WHERE run_id = %(run)s AND lease_owner = %(owner)s AND status = 'running'",
@@ -195,16 +189,12 @@ class RunsCore(CoreBase):
     ) -> list[bool]:
         """Store several runs' outcomes, each ``(record, owner, unjournaled)``, in one
         statement: whether each was stored (its owner held its lease), in order. As
-        :meth:`finish_run` for each (without ``forget``; not a run parking to wait for
-        events: those need their own transaction), but one round trip."""
+        :meth:`finish_run` for each (without ``forget``, and no run that
+        :func:`parks_for_events`: those need their own transaction), but one round trip."""
         rows = [
-            {"run": r.run_id, "owner": owner, "status": r.status, "value": r.value,
-             "error": error_json(r.error), "interrupts": interrupts_json(r.interrupts),
-             "cost": r.cost_pico, "descendants": r.descendants_pico, "tokens": r.tokens,
-             "upico": pico, "utokens": tokens, "finished": r.finished_at,
-             "wake_at": r.wake_at, "waiting_for": waiting_json(r.waiting_for)}
-            for r, owner, (pico, tokens) in outcomes
-        ]  # fmt: skip
+            {**_outcome_values(record, owner), "upico": pico, "utokens": tokens}
+            for record, owner, (pico, tokens) in outcomes
+        ]
         params = {"rows": json_rows(rows), "now": self._now_param()}
         query = self._finish_runs_sql
 
@@ -333,3 +323,21 @@ class RunsCore(CoreBase):
             return forked
 
         return await self._run(f"fork run {run_id!r}", work, tx=True)
+
+
+def parks_for_events(record: RunRecord) -> bool:
+    """Whether storing ``record`` parks its run to wait for events (in a transaction of its
+    own, which checks the events already sent: see :meth:`RunsCore.finish_run`)."""
+    return record.status == "waiting" and bool(record.waiting_for)
+
+
+def _outcome_values(record: RunRecord, owner: str) -> dict[str, Any]:
+    """The values of ``record``'s outcome that :meth:`RunsCore._finish_set` names, its run and
+    ``owner``: the parameters of one outcome, a row of several."""
+    return {
+        "run": record.run_id, "owner": owner, "status": record.status, "value": record.value,
+        "error": error_json(record.error), "interrupts": interrupts_json(record.interrupts),
+        "cost": record.cost_pico, "descendants": record.descendants_pico,
+        "tokens": record.tokens, "finished": record.finished_at, "wake_at": record.wake_at,
+        "waiting_for": waiting_json(record.waiting_for),
+    }  # fmt: skip
