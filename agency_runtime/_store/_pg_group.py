@@ -61,15 +61,10 @@ class GroupCommit(Generic[T]):
     async def commit(self, item: T) -> bool:
         """Whether ``item`` was written: sent alone at once when nothing is in flight, else
         with the group gathering behind the commit in flight."""
-        if self._in_flight is None and self._gathering is None:  # alone, at once (``alone``
-            group = self._in_flight = _Group(item)  # refuses a cancelled caller itself)
-            try:
-                written = await self._alone(item)
-                group.outcome = [written]
-                return written
-            finally:
-                self._in_flight = None
-                group.done.set()
+        if self._in_flight is None and self._gathering is None:
+            group = _Group(item)  # alone, at once (``alone`` refuses a cancelled caller itself)
+            await self._send(group)
+            return await self._answer(group, 0)
         await anyio.lowlevel.checkpoint_if_cancelled()
         with anyio.CancelScope(shield=True):
             written = await self._commit(item)
@@ -81,25 +76,33 @@ class GroupCommit(Generic[T]):
             index = len(group.items)
             group.items.append(item)
             await group.done.wait()
-            if group.outcome is None:
-                return await self._alone(item)
-            return group.outcome[index]
-        group = _Group(item)
-        if self._in_flight is not None:  # a leader: gather until the one in flight ends
-            self._gathering = group
-            while self._in_flight is not None:
-                await self._in_flight.done.wait()
-            self._gathering = None
+            return await self._answer(group, index)
+        group = self._gathering = _Group(item)  # the leader: gathers until the one in flight
+        while self._in_flight is not None:  # ends, then sends
+            await self._in_flight.done.wait()
+        self._gathering = None
+        await self._send(group)
+        return await self._answer(group, 0)
+
+    async def _send(self, group: _Group[T]) -> None:
+        """Send ``group`` (in flight until it returns): one item alone, several together; a
+        refused group leaves its outcome ``None``, an error alone is its one caller's."""
         self._in_flight = group
         try:
             if len(group.items) == 1:
-                group.outcome = [await self._alone(item)]
-                return group.outcome[0]
-            try:
-                group.outcome = await self._together(group.items)
-            except Exception:  # each member tries again alone, for its own answer
-                return await self._alone(item)
-            return group.outcome[0]
+                group.outcome = [await self._alone(group.items[0])]
+            else:
+                try:
+                    group.outcome = await self._together(group.items)
+                except Exception:  # each member tries again alone, for its own answer
+                    group.outcome = None
         finally:
             self._in_flight = None
             group.done.set()
+
+    async def _answer(self, group: _Group[T], index: int) -> bool:
+        """Whether the ``index``-th item of the sent ``group`` was written (sent again alone
+        when the group was refused)."""
+        if group.outcome is None:
+            return await self._alone(group.items[index])
+        return group.outcome[index]

@@ -47,7 +47,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio.lowlevel
@@ -67,6 +67,7 @@ from ._core import (
     Sql,
     StoreCore,
     drive,
+    parks_for_events,
 )
 from ._pg_group import GroupCommit
 from ._pg_pool import AsyncPool
@@ -560,10 +561,7 @@ class PostgresStore(StoreCore):
         it, in one statement (:meth:`commit_steps`)."""
         if _current_async_library() != "asyncio":
             return await super().commit_step(entry, owner=owner)
-        loop = asyncio.get_running_loop()
-        group = self._groups.get(loop)
-        if group is None:
-            group = self._groups[loop] = GroupCommit(self._commit_alone, self.commit_steps)
+        group = _loops_group(self._groups, self._commit_alone, self.commit_steps)
         return await group.commit((entry, owner))
 
     async def _commit_alone(self, commit: tuple[JournalEntry, str]) -> bool:
@@ -579,18 +577,11 @@ class PostgresStore(StoreCore):
     ) -> bool:
         """The core's outcome, grouped on asyncio as steps are (:meth:`commit_step`), unless
         it needs a transaction of its own (``forget``; a run parking to wait for events)."""
-        if (
-            forget
-            or (record.status == "waiting" and record.waiting_for)
-            or _current_async_library() != "asyncio"
-        ):
+        if forget or parks_for_events(record) or _current_async_library() != "asyncio":
             return await super().finish_run(
                 record, owner=owner, unjournaled=unjournaled, forget=forget
             )
-        loop = asyncio.get_running_loop()
-        group = self._outcome_groups.get(loop)
-        if group is None:
-            group = self._outcome_groups[loop] = GroupCommit(self._finish_alone, self.finish_runs)
+        group = _loops_group(self._outcome_groups, self._finish_alone, self.finish_runs)
         return await group.commit((record, owner, unjournaled))
 
     async def _finish_alone(self, outcome: tuple[RunRecord, str, tuple[int, int]]) -> bool:
@@ -689,6 +680,23 @@ class PostgresStore(StoreCore):
 
     def __repr__(self) -> str:
         return f"<PostgresStore {self._url} schema={self._schema!r}>"
+
+
+G = TypeVar("G")
+
+
+def _loops_group(
+    groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit[G]],
+    alone: Callable[[G], Awaitable[bool]],
+    together: Callable[[list[G]], Awaitable[list[bool]]],
+) -> GroupCommit[G]:
+    """The running asyncio loop's :class:`GroupCommit` in ``groups`` (made on its first use:
+    a store serves one loop after another, or several in threads)."""
+    loop = asyncio.get_running_loop()
+    group = groups.get(loop)
+    if group is None:
+        group = groups[loop] = GroupCommit(alone, together)
+    return group
 
 
 def _best(rows: list[tuple[Any, ...]], terms: list[str], limit: int) -> list[tuple[Any, ...]]:
