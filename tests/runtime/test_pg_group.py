@@ -12,7 +12,6 @@ import anyio.lowlevel
 import pytest
 
 from agency_runtime._store._pg_group import GroupCommit
-from tests.support import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -80,16 +79,19 @@ async def test_commits_behind_one_in_flight_go_together_each_with_its_answer() -
     out: dict[str, object] = {}
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(_commit_all, group, ["a"], out)
-        await wait_for(lambda: len(server.sent) == 1)
+        await anyio.wait_all_tasks_blocked()  # every task waits on the server or its group
+        assert len(server.sent) == 1
         tasks.start_soon(_commit_all, group, ["b", "no-c", "d"], out)
         await anyio.wait_all_tasks_blocked()
         assert server.sent == [("alone", ["a"])]  # b, c, d wait for a's round trip
         server.release()  # a returns; b, c and d go as one
-        await wait_for(lambda: len(server.sent) == 2)
+        await anyio.wait_all_tasks_blocked()  # every task waits on the server or its group
+        assert len(server.sent) == 2
         tasks.start_soon(_commit_all, group, ["e", "f"], out)  # behind the group in flight
         await anyio.wait_all_tasks_blocked()
         server.release()
-        await wait_for(lambda: len(server.sent) == 3)
+        await anyio.wait_all_tasks_blocked()  # every task waits on the server or its group
+        assert len(server.sent) == 3
         server.release()
     assert server.sent == [
         ("alone", ["a"]),
@@ -149,13 +151,15 @@ async def test_a_caller_cancelled_while_its_group_waits_still_learns_its_answer(
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(group.commit, "a")
-        await wait_for(lambda: len(server.sent) == 1)
+        await anyio.wait_all_tasks_blocked()  # every task waits on the server or its group
+        assert len(server.sent) == 1
         tasks.start_soon(member)
         await anyio.wait_all_tasks_blocked()
         caller.cancel()  # b is in the group: it may be written, so it waits for its answer
         await anyio.wait_all_tasks_blocked()
         server.release()
-        await wait_for(lambda: len(server.sent) == 2)
+        await anyio.wait_all_tasks_blocked()  # every task waits on the server or its group
+        assert len(server.sent) == 2
         server.release()
     assert answers == [True]
     assert server.sent[1] == ("alone", ["b"])  # a group of one goes alone
