@@ -352,11 +352,8 @@ def fake_clock() -> Iterator[FakeClock]:
 @pytest.fixture(scope="session")
 def fork_server() -> Iterator[ForkServer]:
     """New Python processes, forked from one that imported the runtime once (per worker)."""
-    server = ForkServer()
-    try:
+    with ForkServer() as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -433,7 +433,14 @@ class ForkServer:
                 return None
         return self._exits[pid]
 
+    def __enter__(self) -> ForkServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        """Kill the children still running, end the server and remove their output files."""
         for child in self._children:
             if child.poll() is None:
                 child.kill()

@@ -159,11 +159,8 @@ class Demo:
 @pytest.fixture(scope="module")
 def _servers() -> Iterator[ForkServer]:
     """The fork server of the module's MCP servers (its children end with it)."""
-    servers = ForkServer(preload=SERVER_IMPORTS)
-    try:
+    with ForkServer(preload=SERVER_IMPORTS) as servers:
         yield servers
-    finally:
-        servers.close()
 
 
 @pytest.fixture(scope="module")

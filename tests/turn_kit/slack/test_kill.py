@@ -63,11 +63,8 @@ imported them once."""
 @pytest.fixture(scope="module")
 def soak_forks() -> Iterator[ForkServer]:
     """A fork server that has imported the child's modules once (its children end with it)."""
-    server = ForkServer(preload=CHILD_IMPORTS)
-    try:
+    with ForkServer(preload=CHILD_IMPORTS) as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture
