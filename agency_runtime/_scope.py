@@ -41,7 +41,7 @@ from ._core._frame import (
     position_of,
     use_frame,
 )
-from ._core._jsondata import json_problem
+from ._core._jsondata import is_plain, json_problem
 from ._durable._effect import perform, recorded, replay
 from ._durable._journal import RunJournal, journal_of
 from ._durable._values import Adapter, return_adapter, validation_problems
@@ -59,19 +59,6 @@ __all__ = ["ResumableScope", "ResumableScopeOpts", "step_name", "with_resumable_
 T = TypeVar("T")
 
 DEFAULT_MODULE_ID = "<py-helper>"
-
-_SAME_AFTER_JSON = frozenset({str, int, bool, type(None)})
-"""Result types a JSON round trip gives back unchanged (a step returns them as they are)."""
-
-
-def _flat(result: dict[Any, Any]) -> bool:
-    """Whether the dict ``result`` has string keys and values of :data:`_SAME_AFTER_JSON`
-    types only (exactly: no subclasses): it is JSON data, and its JSON round trip is a copy
-    of it (a step returns ``dict(result)``, without checking it further or parsing its JSON)."""
-    for key, value in result.items():
-        if type(key) is not str or type(value) not in _SAME_AFTER_JSON:
-            return False
-    return True
 
 
 def _wants_arguments(fn: Callable[..., Any], exc: TypeError) -> bool:
@@ -392,12 +379,9 @@ class ResumableScope:
         adapter = self._adapter(fn, returns)
 
         def encode(result: Any) -> tuple[str, Any]:
-            kind = type(result)
-            # A str, int, bool or None, or a flat dict of them: JSON data, whose JSON round
-            # trip gives back the value itself (a dict: a copy of it).
-            plain = adapter is None and (
-                kind in _SAME_AFTER_JSON or (kind is dict and _flat(result))
-            )
+            # JSON data whose JSON round trip gives back the value itself (a dict: a copy):
+            # neither checked further nor parsed back from its JSON.
+            plain = adapter is None and is_plain(result)
             problem = None if plain else json_problem(result)
             if problem is not None:
                 raise StepResultError(
@@ -412,7 +396,7 @@ class ResumableScope:
                     f"JSON ({exc}); return JSON data or a pydantic model"
                 ) from exc
             if plain:
-                return text, dict(result) if kind is dict else result
+                return text, dict(result) if type(result) is dict else result
             try:
                 value = from_json(text) if adapter is None else adapter.validate_json(text)
             except ValidationError as exc:

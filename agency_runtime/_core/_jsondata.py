@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-__all__ = ["MAX_DEPTH", "check_text", "json_problem"]
+__all__ = ["MAX_DEPTH", "check_text", "is_plain", "json_problem"]
 
 MAX_DEPTH = 200
 """The deepest nesting of lists and dicts a stored value may have."""
@@ -58,18 +58,25 @@ _SETS = (set, frozenset)
 _BINARIES = (bytes, bytearray, memoryview)
 
 
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is a str, int, bool or None, or a flat dict of them with string keys
+    (exactly these types: no subclasses): JSON data whose JSON round trip gives back an equal
+    value of the same types. The common results, checked in one pass."""
+    kind = type(value)
+    if kind in _LEAVES:
+        return True
+    if kind is not dict:
+        return False
+    for key, inner in value.items():
+        if type(key) is not str or type(inner) not in _LEAVES:
+            return False
+    return True
+
+
 def json_problem(value: Any) -> str | None:
     """Why ``value`` cannot be stored faithfully as JSON, or ``None`` when it can."""
-    if type(value) in _LEAVES:
+    if is_plain(value):  # without the walk's stack and paths (anything else takes the walk)
         return None
-    if type(value) is dict:
-        # The common structured result, a flat dict of plain values: checked in one pass,
-        # without the walk's stack and paths (anything else takes the walk below).
-        for key, inner in value.items():
-            if type(key) is not str or type(inner) not in _LEAVES:
-                break
-        else:
-            return None
     stack: list[tuple[Any, list[str | int]]] = [(value, [])]
     while stack:
         item, path = stack.pop()
