@@ -49,14 +49,19 @@ CHILD_IMPORTS = (
     "uvicorn",
     "uvicorn.lifespan.on",
     "uvicorn.protocols.http.h11_impl",
+    "uvicorn.protocols.websockets.auto",
     "turn_kit",
     "turn_kit.slack",
+    "agency_runtime._memory",
+    "aiohttp",
+    "slack_sdk.web.async_client",
 )
-"""What the events app's child imports, its server's (``uvicorn.Config.load``) included, but
-not its websockets protocol: the package that provides it is not a dependency (uvicorn loads
-it only where it is installed). The soak starts ~40 children; forked from the suite's fork
-server, which holds only the runtime, each imported these anew: ~0.13 s of CPU from fork to
-serving, and ~0.14 s of wall time, against ~0.07 s and ~0.08 s forked from a server that
+"""What the events app's child imports: its server's (``uvicorn.Config.load``; the websockets
+protocol's chooser, which takes whichever websockets package is installed, or none), and what
+its first turn imports on demand (the memory, and the Slack transport's ``AsyncWebClient`` on
+aiohttp). The soak starts ~40 children; forked from the suite's fork server, which holds only
+the runtime, each imported these anew: ~0.13 s of CPU from fork to serving, and another
+~0.07 s at its first turn (aiohttp), against ~0.07 s in all forked from a server that
 imported them once."""
 
 
