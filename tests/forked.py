@@ -216,6 +216,10 @@ def fork(request, stdio, conn=None):
     '''A child running `request` on `stdio`; with a launcher, dying with this server.'''
     pid = os.fork()
     if pid == 0:
+        # A new interpreter starts with no signal blocked; this server may have inherited a
+        # mask from the thread that started it, and a child that kept SIGINT blocked would
+        # never hear it.
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
         selector.close()
         for fd in pidfds:
             os.close(fd)
