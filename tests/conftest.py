@@ -69,6 +69,47 @@ def _cache_bytecode() -> None:
 
 _cache_bytecode()
 
+
+MEMORY_TMPDIR = Path("/dev/shm")
+"""Where the tests' temporary files go when the machine has it as a tmpfs with room."""
+MEMORY_TMPDIR_ROOM = 2 << 30
+"""The free space it must have (bytes): a session writes ~120 MB at most, its PostgreSQL
+cluster included."""
+
+
+def _temporary_files_in_memory() -> None:
+    """Put this session's temporary files — its tests' directories, their SQLite stores, the
+    PostgreSQL cluster it starts, its processes' files — on a RAM-backed file system, unless
+    ``TMPDIR`` says where they go.
+
+    Every test makes a directory and most make a store: on this machine's disk (ext4) the
+    suite spent ~10 s of its wall time creating, syncing and removing files, against a
+    tmpfs. Nothing a test asserts depends on the medium: crash tests kill processes, and a
+    file's data written before a kill survives it on either (what a tmpfs loses is what a
+    power cut would, which no test simulates). Only where ``/dev/shm`` is a tmpfs with at
+    least :data:`MEMORY_TMPDIR_ROOM` free (a container's default of 64 MB is not); otherwise
+    the system's temporary directory, as before. Set here, in the session's first process:
+    the xdist workers and the tests' subprocesses inherit it.
+    """
+    if os.environ.get("TMPDIR"):
+        return
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            tmpfs = any(
+                fields[1:3] == [str(MEMORY_TMPDIR), "tmpfs"]
+                for fields in (line.split() for line in mounts)
+            )
+        room = os.statvfs(MEMORY_TMPDIR)
+    except OSError:
+        return
+    roomy = room.f_bavail * room.f_frsize >= MEMORY_TMPDIR_ROOM
+    if tmpfs and roomy and os.access(MEMORY_TMPDIR, os.W_OK | os.X_OK):
+        os.environ["TMPDIR"] = str(MEMORY_TMPDIR)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+_temporary_files_in_memory()
+
 # Never let a test reach a network or a stray .env if litellm is imported somewhere.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_MODE", "PRODUCTION")

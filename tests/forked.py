@@ -68,12 +68,17 @@ RUNTIME_IMPORTS = (
     "agency_runtime._store._sqlite",
     "agency_runtime._llm._provider",
     "agency_runtime.cli",
+    # httpx's transport, imported by its first client (~80 ms), and the Telegram SDK (~70 ms)
+    "httpcore",
+    "telegram",
 ) + (("psycopg", "psycopg_pool") if importlib.util.find_spec("psycopg_pool") else ())
 """The imports every program of the crash, process and CLI tests pays for: nearly every one
 runs an event loop (asyncio: anyio's backend for it is imported by the first ``anyio.run``,
 ~18 ms a child), opens a store (the SQLite store and the store core, imported on first use)
 and calls a model, half of them through the CLI; several start processes of their own; the
-postgres ones import psycopg (~80 ms each)."""
+postgres ones import psycopg (~80 ms each). The ~40 children of a suite that make an HTTP
+client (the Telegram bots among them) each imported httpcore and the Telegram SDK anew: ~5 s
+of CPU in all, against ~0.15 s for each fork server that imports them once."""
 
 SERVER = r"""
 import atexit, builtins, ctypes, importlib, json, os, runpy, selectors, signal, socket, sys
