@@ -23,6 +23,10 @@ from agency_runtime._store._rows import STEP_COLUMNS
 from agency_runtime._ui import create_app
 from agency_runtime.testing import FakeModel, FakeToolCall
 
+# One xdist worker builds the 100,000-step store file (~1.5 s of CPU) for the module's three
+# tests that read it, rather than each worker that got one of them.
+pytestmark = pytest.mark.xdist_group("big_runs")
+
 BASE = "http://127.0.0.1:8765"
 BIG = 100_000
 PAGE_SECONDS = 1.0
