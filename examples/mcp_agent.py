@@ -12,12 +12,13 @@ journal, so the server's own log shows every call exactly once.
 
 The model is ``AGENCY_MODEL`` when set, else an offline fake model that calls the tools in
 a fixed order (``agency_runtime.testing.FakeModel``). The store is ``AGENCY_STORE`` when set,
-else a new SQLite file in a temporary directory.
+else a new SQLite file in a temporary directory, removed with the notes at the end.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -86,7 +87,10 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main)
-    log = Path(f"{NOTES_FILE}.log").read_text().splitlines()
-    print("the server ran:", ", ".join(log))
+    try:
+        anyio.run(main)
+        log = Path(f"{NOTES_FILE}.log").read_text().splitlines()
+        print("the server ran:", ", ".join(log))
+    finally:
+        shutil.rmtree(WORK, ignore_errors=True)  # the notes, their log and the default store
     print("Done.")
