@@ -134,13 +134,17 @@ def _stop(proc: ForkedProcess) -> None:
         proc.communicate(timeout=DEADLINE)
 
 
-def _ledger(tmp_path: Path) -> list[tuple[str, str, float]]:
+def _ledger(tmp_path: Path) -> list[tuple[str, str, float, int]]:
+    """Each step run so far: its run id, label, time and the pid of the worker that ran it."""
     lines = (tmp_path / "ledger.txt").read_text().splitlines()
-    return [(run, label, float(at)) for run, label, at, _ in (line.split() for line in lines)]
+    return [
+        (run, label, float(at), int(pid))
+        for run, label, at, pid in (line.split() for line in lines)
+    ]
 
 
 def _first(tmp_path: Path, run_id: str, label: str) -> float:
-    return min(at for run, what, at in _ledger(tmp_path) if (run, what) == (run_id, label))
+    return min(at for run, what, at, _ in _ledger(tmp_path) if (run, what) == (run_id, label))
 
 
 def _enqueue(app: ModuleType, store: Store, entry: str, *args: object, run_id: str) -> None:
@@ -191,12 +195,12 @@ def test_a_worker_killed_mid_sleep_leaves_only_the_remaining_time(
     finally:
         _stop(second)
     woke = _first(tmp_path, "nap", "after")
-    taken_over = max(at for _, label, at in _ledger(tmp_path) if label == "attempt")
+    taken_over = max(at for _, label, at, _ in _ledger(tmp_path) if label == "attempt")
     # Not before the journaled time, and not a whole new sleep after the takeover: that
     # would end NAP seconds after the second attempt began. (Bounded by that attempt's
     # start, not by the kill: a busy machine may start the second worker late.)
     assert wake_at <= woke < taken_over + NAP, (woke, wake_at, taken_over)
-    labels = Counter(label for run, label, _ in _ledger(tmp_path))
+    labels = Counter(label for run, label, _, _ in _ledger(tmp_path))
     assert labels == {"attempt": 2, "before": 1, "after": 1}
 
 
@@ -220,7 +224,8 @@ def test_kills_around_parking_and_waking_lose_no_run_and_wake_none_early(
     finally:
         _stop(victim)
         _stop(steady)
-    runs = Counter((run, label) for run, label, _ in _ledger(tmp_path))
+    ledger = _ledger(tmp_path)
+    runs = Counter((run, label) for run, label, _, _ in ledger)
     for run_id in ids:
         wake_at = _wake_at(store, run_id)
         assert wake_at is not None
@@ -231,9 +236,8 @@ def test_kills_around_parking_and_waking_lose_no_run_and_wake_none_early(
     # in a worker that was then killed. (One kill may catch several: the steps of a worker's
     # concurrent runs commit together, in one statement on PostgreSQL.)
     executions: dict[tuple[str, str], list[int]] = {}
-    lines = (tmp_path / "ledger.txt").read_text().splitlines()
-    for run, label, _, pid in (line.split() for line in lines):
-        executions.setdefault((run, label), []).append(int(pid))
+    for run, label, _, pid in ledger:
+        executions.setdefault((run, label), []).append(pid)
     for step, pids in executions.items():
         assert set(pids[:-1]) <= killed, (step, pids, killed)
 
@@ -287,6 +291,6 @@ def test_two_workers_start_each_occurrence_once_while_one_is_killed(
     # the last ones may still be queued: the drain stopped every worker
     assert set(runs.values()) <= {"completed", "queued"}
     completed = {run_id for run_id, status in runs.items() if status == "completed"}
-    ticks = Counter(run for run, label, _ in _ledger(tmp_path) if label == "tick")
+    ticks = Counter(run for run, label, _, _ in _ledger(tmp_path) if label == "tick")
     assert completed <= set(ticks) <= set(ids)
     assert sum(ticks.values()) - len(ticks) <= 1  # only a tick in flight at the kill re-ran
