@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -195,7 +194,7 @@ def test_a_launcher_passes_signals_on_and_exits_as_its_child_did(
     assert child.ended(timeout=0)  # reaped before the launcher heard of it
 
 
-def test_a_child_hears_signals_its_server_was_started_with_blocked(tmp_path: Path) -> None:
+def test_a_child_hears_signals_its_server_was_started_with_blocked(launch: Launch) -> None:
     """A thread's blocked signals pass to the processes it starts, a fork server among them:
     its children must still start, as new interpreters do, with none blocked."""
     servers: list[ForkServer] = []
@@ -209,14 +208,9 @@ def test_a_child_hears_signals_its_server_was_started_with_blocked(tmp_path: Pat
     starter.join()
     with servers[0] as server:
         for signum, returncode in ((signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, 5)):
-            output = tmp_path / f"waiter{signum}"
-            child = server.start("code", WAITER, output=output)
-            printed = output.with_name(output.name + ".out")
-            while not printed.read_text():  # its handlers are in place once it has printed
-                assert child.poll() is None, output.with_name(output.name + ".err").read_text()
-                time.sleep(0.01)
+            child = launch(server.command("code", WAITER))  # its handlers are in place
             os.kill(child.pid, signum)
-            assert child.wait(timeout=30) == returncode
+            assert child.launcher.wait(timeout=30) == returncode
 
 
 def test_a_launcher_dies_of_the_signal_that_killed_its_child(
