@@ -95,6 +95,20 @@ def _step(run_id: str, path: str, seq: int, cost_pico: int = 0) -> JournalEntry:
     )  # fmt: skip
 
 
+def _groups_sent(store: PostgresStore, together: str) -> list[list[str]]:
+    """The run ids of each group the store sends with its method ``together``
+    (``commit_steps``, ``finish_runs``), sorted, in the order sent (filled as they go)."""
+    sent: list[list[str]] = []
+    send = getattr(store, together)
+
+    async def counted(items: list[tuple[Any, ...]]) -> list[bool]:
+        sent.append(sorted(item[0].run_id for item in items))
+        return list(await send(items))
+
+    setattr(store, together, counted)
+    return sent
+
+
 def _lock_waits(dsn: str, schema: str | None = None) -> int:
     """How many statements on the server wait for a lock now (of those naming ``schema``,
     when given: tests in other processes share the server)."""
@@ -187,14 +201,7 @@ async def test_steps_committed_while_one_is_in_flight_go_together(
     """On asyncio, the commits a loop's tasks make while one of theirs is on its way go
     together, in one statement, when it returns: every step lands, in its run, in order."""
     store = make_store()
-    groups: list[int] = []
-    together = store.commit_steps
-
-    async def counted(commits: list[tuple[JournalEntry, str]]) -> list[bool]:
-        groups.append(len(commits))
-        return await together(commits)
-
-    store.commit_steps = counted  # type: ignore[method-assign]
+    groups = _groups_sent(store, "commit_steps")
     runs = [f"r{i}" for i in range(8)]
     for run_id in runs:
         assert (await store.claim_run(_run(run_id), owner="w", lease_seconds=60)).acquired
@@ -206,9 +213,10 @@ async def test_steps_committed_while_one_is_in_flight_go_together(
     async with anyio.create_task_group() as tasks:
         for run_id in runs:
             tasks.start_soon(steps, run_id)
-    assert groups  # the eight runs' commits met
-    assert max(groups) > 1
-    assert sum(groups) < 8 * 5  # some went alone (the first, at least)
+    sizes = [len(group) for group in groups]
+    assert sizes  # the eight runs' commits met
+    assert max(sizes) > 1
+    assert sum(sizes) < 8 * 5  # some went alone (the first, at least)
     for run_id in runs:
         journal = await store.load_journal(run_id)
         assert [(e.path, e.seq) for e in journal.entries] == [(f"s{n}", n) for n in range(1, 6)]
@@ -221,14 +229,7 @@ async def test_outcomes_stored_while_one_is_in_flight_go_together(
     """Runs' outcomes are grouped as steps are; an outcome that needs a transaction of its
     own (forgetting steps) goes alone, and one whose lease is another's is refused."""
     store = make_store()
-    groups: list[list[str]] = []
-    together = store.finish_runs
-
-    async def counted(outcomes: list[tuple[RunRecord, str, tuple[int, int]]]) -> list[bool]:
-        groups.append(sorted(record.run_id for record, _, _ in outcomes))
-        return await together(outcomes)
-
-    store.finish_runs = counted  # type: ignore[method-assign]
+    groups = _groups_sent(store, "finish_runs")
     runs = [f"r{i}" for i in range(8)]
     for run_id in [*runs, "forgets"]:
         assert (await store.claim_run(_run(run_id), owner="w", lease_seconds=60)).acquired
@@ -266,14 +267,7 @@ async def test_a_group_the_server_refuses_is_answered_step_by_step(
     """A step already journaled fails its group's statement; each member is then committed
     alone: that one gets the error it gets alone, the others are written or fenced."""
     store = make_store()
-    groups: list[list[str]] = []
-    together = store.commit_steps
-
-    async def counted(commits: list[tuple[JournalEntry, str]]) -> list[bool]:
-        groups.append(sorted(entry.run_id for entry, _ in commits))
-        return await together(commits)
-
-    store.commit_steps = counted  # type: ignore[method-assign]
+    groups = _groups_sent(store, "commit_steps")
     for run_id in ("blocker", "r1", "r2"):
         assert (await store.claim_run(_run(run_id), owner="w", lease_seconds=60)).acquired
     assert (await store.claim_run(_run("theirs"), owner="x", lease_seconds=60)).acquired
