@@ -73,7 +73,7 @@ from agency_runtime._store._pg_schema import channel
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.pg_cluster import liveness_sessions  # noqa: E402  (the repository's, beside bench/)
+from tests.pg_cluster import liveness_sessions, start, stop  # noqa: E402  (beside bench/)
 
 STEPS = 2000
 RESULT_SIZE = 100
@@ -185,8 +185,6 @@ def postgres() -> Iterator[tuple[str, bool]]:
     if dsn:
         yield dsn, False
         return
-    from tests.pg_cluster import start, stop
-
     cluster = start()
     try:
         yield cluster.dsn, True
@@ -406,7 +404,7 @@ async def drain_in_process(schemas: Schemas, flows: Any) -> dict[str, Any]:
 
 def drain_processes(schemas: Schemas, flows: Any, tmp: Path, steps: int = 1) -> dict[str, Any]:
     """Drain 1000 queued runs of ``steps`` journaled steps (``one_step`` or ``five_steps``)
-    with worker processes, started as the ceiling's clients are: the runs wait in a queue no
+    with worker processes, started as the reference's clients are: the runs wait in a queue no
     worker serves until every worker is up (imported, its store open, holding its liveness
     session), then one transaction moves them all to the workers' queue and notifies them.
     A worker still importing while the others drain (~0.4 s of CPU each) would otherwise be
