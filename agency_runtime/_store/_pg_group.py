@@ -1,15 +1,26 @@
-"""Group commit for the PostgreSQL store's steps: what tasks of one event loop commit while
-another commit of theirs is on its way to the server goes next, all in one statement.
+"""Group commit for the PostgreSQL store's steps: what tasks of one event loop commit in the
+same turn of the loop, or while another commit of theirs is on its way to the server, goes
+in one statement.
 
 A step's commit waits for its round trip, and on a busy worker (eight runs at once) most of
 a step's cost is that statement's: psycopg's work on the client, the server's parse, lock,
-insert and transaction. A commit that finds none in flight is sent at once, alone, as
-before (no wait is added to a lone run's step). One that finds a commit in flight joins the
-group gathering behind it; when the one in flight returns, the group goes as one statement,
-and each member learns whether its own row was written (its lease is checked row by row,
-as alone). A group the server refuses as a whole (one bad row: a duplicate step, a value
-PostgreSQL cannot store) is sent again row by row, so each member gets its own answer or
-its own error, exactly as alone.
+insert and transaction. A commit that finds another in flight joins the group gathering
+behind it; when the one in flight returns, the group goes as one statement. A commit that
+finds none in flight, while other tasks are ready to run in the same turn of the event
+loop, starts a group and lets them run before it sends: runs woken together (by one
+group's return, or started by one claim) reach their next commit together and go as one
+statement, not one alone and the rest behind it. A commit with no other task ready (a
+lone run's) is sent at once, alone: it waits for nothing. Either way each member learns
+whether its own row was written (its lease is checked row by row, as alone), and a group
+of one is sent alone. A group the server refuses as a whole (one bad row: a duplicate
+step, a value PostgreSQL cannot store) is sent again row by row, so each member gets its
+own answer or its own error, exactly as alone.
+
+Measured (``bench/bench_postgres.py``, 4 worker processes x 8 runs of 5 steps): sending
+the first commit at once split each wave of eight runs' steps into a statement alone and a
+group of seven, and the runs never met again; letting the ready tasks join, each wave's
+steps and outcomes go as one statement each, and the claim that follows takes the freed
+slots together: 0.9 statements per run instead of 2.9, twice the runs per second.
 
 Once begun, a commit runs to its end, as the store's statements do: a member waiting for
 its group cannot be cancelled out of a commit that may already be written.
@@ -59,9 +70,11 @@ class GroupCommit(Generic[T]):
         self._in_flight: _Group[T] | None = None
 
     async def commit(self, item: T) -> bool:
-        """Whether ``item`` was written: sent alone at once when nothing is in flight, else
-        with the group gathering behind the commit in flight."""
-        if self._in_flight is None and self._gathering is None:
+        """Whether ``item`` was written: sent at once when no other commit is about and no
+        other task is ready to run, else with the group gathering (for one turn of the
+        loop, or until the commit in flight returns). A caller cancelled before it joins a
+        group sends nothing."""
+        if self._in_flight is None and self._gathering is None and not _others_ready():
             group = _Group(item)  # alone, at once (``alone`` refuses a cancelled caller itself)
             await self._send(group)
             return await self._answer(group, 0)
@@ -77,8 +90,12 @@ class GroupCommit(Generic[T]):
             group.items.append(item)
             await group.done.wait()
             return await self._answer(group, index)
-        group = self._gathering = _Group(item)  # the leader: gathers until the one in flight
-        while self._in_flight is not None:  # ends, then sends
+        # The leader: it lets the tasks ready in this turn of the loop join (nothing in
+        # flight), or those that come until the commit in flight returns; then sends.
+        group = self._gathering = _Group(item)
+        if self._in_flight is None:
+            await asyncio.sleep(0)
+        while self._in_flight is not None:
             await self._in_flight.done.wait()
         self._gathering = None
         await self._send(group)
@@ -106,3 +123,17 @@ class GroupCommit(Generic[T]):
         if group.outcome is None:
             return await self._alone(group.items[index])
         return group.outcome[index]
+
+
+def _others_ready() -> bool:
+    """Whether the running asyncio loop has other callbacks to run before it next polls
+    (tasks woken with the caller, which may commit in this turn)."""
+    return _has_ready(asyncio.get_running_loop())
+
+
+def _has_ready(loop: object) -> bool:
+    """Whether ``loop`` has a callback to run in its next turn that is not cancelled.
+    asyncio's loops keep them in ``_ready``; a loop without one (uvloop) is taken to have
+    some, so its commits always wait their turn."""
+    ready = getattr(loop, "_ready", None)
+    return ready is None or any(not handle.cancelled() for handle in ready)

@@ -10,8 +10,9 @@ trio (psycopg's async API is asyncio-only), run on a connection of a psycopg 3
 ``ConnectionPool`` in a worker thread (``anyio.to_thread``): there the statements go back to
 back, while on the loop each would wait for the task's next turn, so on a busy loop a claim
 would hold its row locks, and keep a worker's slots empty, several times longer. On
-asyncio, steps that tasks of one loop commit while another of theirs is in flight go
-together when it returns, in one statement (:mod:`._pg_group`); so do runs' outcomes.
+asyncio, steps that tasks of one loop commit in the same turn of the loop, or while another
+of theirs is in flight, go together in one statement (:mod:`._pg_group`); so do runs'
+outcomes.
 
 Connections are in autocommit mode, and a statement a connection runs a second time is
 prepared on the server (:data:`PREPARE_THRESHOLD`), which spares PostgreSQL parsing it again

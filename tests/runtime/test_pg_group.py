@@ -1,5 +1,6 @@
-"""Group commit (``agency_runtime/_store/_pg_group.py``): a commit alone when none is in
-flight, the others gathered behind it and sent together, each answered for its own item, a
+"""Group commit (``agency_runtime/_store/_pg_group.py``): the commits of tasks ready in the
+same turn of the event loop sent together, a commit alone when no other is, the others
+gathered behind one in flight and sent together, each answered for its own item, a
 refused group answered item by item, and no commit left half-known by a cancelled caller.
 
 The sends here are fakes that wait for the test to release them; the PostgreSQL store's own
@@ -7,11 +8,13 @@ The sends here are fakes that wait for the test to release them; the PostgreSQL 
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import anyio.lowlevel
 import pytest
 
-from agency_runtime._store._pg_group import GroupCommit
+from agency_runtime._store._pg_group import GroupCommit, _has_ready
 
 pytestmark = pytest.mark.anyio
 
@@ -64,13 +67,59 @@ async def _commit_all(group: GroupCommit[str], items: list[str], out: dict[str, 
             tasks.start_soon(one, item)
 
 
-async def test_a_commit_with_none_in_flight_goes_alone_at_once() -> None:
+async def test_a_commit_no_other_task_makes_with_it_goes_alone() -> None:
     server = Server()
     server.gate.set()  # no waiting
     group = GroupCommit(server.alone, server.together)
     assert await group.commit("a") is True
     assert await group.commit("no-b") is False
     assert server.sent == [("alone", ["a"]), ("alone", ["no-b"])]
+
+
+async def test_commits_of_tasks_ready_in_one_turn_go_together_with_none_in_flight() -> None:
+    """Runs woken together (one group's return, one claim) reach their commits in the same
+    turn of the loop: the first lets the others run before it sends, so they go as one,
+    not one alone and the rest behind it. A commit with no other task ready goes at once."""
+    server = Server()
+    server.gate.set()
+    group = GroupCommit(server.alone, server.together)
+    out: dict[str, object] = {}
+    await _commit_all(group, ["a", "no-b", "c"], out)
+    assert await group.commit("d") is True
+    assert server.sent == [("together", ["a", "no-b", "c"]), ("alone", ["d"])]
+    assert out == {"a": True, "no-b": False, "c": True}
+
+
+async def test_what_is_ready_in_the_next_turn_of_the_loop() -> None:
+    loop = asyncio.get_running_loop()
+    assert not _has_ready(loop)
+    handle = loop.call_soon(lambda: None)
+    assert _has_ready(loop)
+    handle.cancel()  # stays queued, but will not run
+    assert not _has_ready(loop)
+    assert _has_ready(object())  # a loop that does not say (uvloop): its commits wait a turn
+
+
+async def test_a_leader_cancelled_while_it_gathers_still_sends_and_learns_its_answer() -> None:
+    server = Server()
+    server.gate.set()
+    group = GroupCommit(server.alone, server.together)
+    answers: list[bool] = []
+    caller = anyio.CancelScope()
+
+    async def leader() -> None:
+        with caller:
+            answers.append(await group.commit("a"))
+
+    async def canceller() -> None:
+        caller.cancel()  # runs in the leader's gathering turn: "a" may be joined by now
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(leader)
+        tasks.start_soon(canceller)
+        tasks.start_soon(group.commit, "b")
+    assert answers == [True]
+    assert server.sent == [("together", ["a", "b"])]
 
 
 async def test_commits_behind_one_in_flight_go_together_each_with_its_answer() -> None:
