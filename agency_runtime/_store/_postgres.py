@@ -558,8 +558,9 @@ class PostgresStore(StoreCore):
 
     async def commit_step(self, entry: JournalEntry, *, owner: str) -> bool:
         """The core's commit, on asyncio through this loop's :class:`~._pg_group.GroupCommit`:
-        alone when no commit of the loop's is in flight, else with the others that wait for
-        it, in one statement (:meth:`commit_steps`)."""
+        alone when no other commit of the loop's is about and no other task is ready to run,
+        else with the others of the same turn, or those that wait for the one in flight, in
+        one statement (:meth:`commit_steps`)."""
         if _current_async_library() != "asyncio":
             return await super().commit_step(entry, owner=owner)
         group = _loops_group(self._groups, self._commit_alone, self.commit_steps)
