@@ -341,6 +341,12 @@ class SqliteStore(StoreCore):
             return (-1, -1)
         return (stat.st_dev, stat.st_ino)
 
+    def file_gone(self) -> bool:
+        """Whether the database file this store opened was deleted or replaced since (its
+        writes are then refused; ``open_store`` with its URL opens the file there now).
+        Always ``False`` for ``:memory:``."""
+        return self._identity is not None and self._file_identity() != self._identity
+
     def _check_file(self) -> None:
         """Refuse to write when the file this store opened was deleted or replaced.
 
@@ -359,7 +365,8 @@ class SqliteStore(StoreCore):
             raise StoreUnavailableError(
                 f"the SQLite store file {self._path!r} was {what} while this process had it "
                 "open; nothing written since then can be read back. Restore the file, or "
-                "restart the process to open a new store (runs in it start over)"
+                "open the store again (its URL, or a new SqliteStore) to start a new one "
+                "there (its runs start over)"
             )
 
     def _mapped(self, what: str, exc: Exception) -> Exception:

@@ -28,7 +28,7 @@ from ._protocols import Store
 from ._redact import redact
 
 if TYPE_CHECKING:
-    from ._sqlite import Synchronous
+    from ._sqlite import SqliteStore, Synchronous
 
 __all__ = [
     "DEFAULT_STORE_URL",
@@ -85,11 +85,17 @@ class StoreRegistry:
         )
 
     def open(self, url: str) -> Store:
-        """Open (or return the already open) store named by ``url``."""
+        """Open (or return the already open) store named by ``url``.
+
+        A SQLite store whose file was deleted or replaced since it was opened is not
+        returned again: it refuses writes and would serve the old file's rows, so ``url``
+        opens the file at that path now (a new, empty store where the file was deleted).
+        Whoever still holds the old store object keeps getting its errors.
+        """
         key = _canonical(url)
         with self._lock:
             store = self._opened.get(key)
-            if store is None:
+            if store is None or (key.startswith("sqlite:") and _file_gone(store)):
                 store = self._opened[key] = _create(url, key, self.clock)
             return store
 
@@ -110,6 +116,11 @@ def resolve_store(store: str | Store | None = None) -> Store:
 def open_store(url: str | Store | None = None) -> Store:
     """Open (or return the already open) store named by ``url`` (see :func:`resolve_store`)."""
     return STORES.resolve(url)
+
+
+def _file_gone(store: Store) -> bool:
+    """Whether the file a registry's SQLite ``store`` opened was deleted or replaced."""
+    return cast("SqliteStore", store).file_gone()
 
 
 def _canonical(url: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -52,6 +54,45 @@ def test_sqlite_urls_relative_and_absolute(tmp_path: Path) -> None:
     absolute = open_store(f"sqlite:///{tmp_path}/data/agency.db")  # four slashes: absolute
     assert absolute is relative  # same file, same store object
     assert open_store("sqlite:///./data/agency.db") is relative
+
+
+async def test_a_sqlite_url_opens_the_file_at_its_path_now(tmp_path: Path) -> None:
+    """A store file deleted, or replaced by another, under a process that opened its URL:
+    the URL opens the file there now, never the old store serving the old file's rows (the
+    old object, whoever holds it, still refuses to write)."""
+    url = f"sqlite:///{tmp_path}/data/swapped.db"
+    first = open_store(url)
+    assert isinstance(first, SqliteStore)
+    await first.claim_run(record("old"), owner="w", lease_seconds=60)
+    assert not first.file_gone()
+    assert open_store(url) is first
+
+    os.remove(first.path)  # deleted: a new, empty store there
+    assert first.file_gone()
+    with pytest.raises(StoreUnavailableError, match="was deleted"):
+        await first.claim_run(record("late"), owner="w", lease_seconds=60)
+    fresh = open_store(url)
+    assert fresh is not first
+    assert isinstance(fresh, SqliteStore)
+    assert await fresh.get_run("old") is None
+    assert open_store(url) is fresh
+    with pytest.raises(StoreUnavailableError, match="replaced by another file"):
+        await first.claim_run(record("late"), owner="w", lease_seconds=60)
+
+    shutil.rmtree(tmp_path / "data")  # the directory cleaned up, a new file made there
+    other = SqliteStore(fresh.path)
+    await other.claim_run(record("theirs"), owner="w", lease_seconds=60)
+    other.close()
+    assert fresh.file_gone()
+    moved = open_store(url)
+    assert moved is not fresh
+    assert isinstance(moved, SqliteStore)
+    stored = await moved.get_run("theirs")
+    assert stored is not None
+    assert await moved.get_run("old") is None
+    for store in (first, fresh, moved):
+        store.close()
+    assert not SqliteStore(":memory:").file_gone()
 
 
 def test_sqlite_url_options(tmp_path: Path) -> None:
