@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import anyio
 from pydantic import ValidationError
 
+from .._clock import Clock, SystemClock
 from .._core import _observe
 from .._core._branches import run_root
 from .._core._changes import Recorder
@@ -323,10 +324,25 @@ def warn_lease_lost(run_id: str) -> None:
     )
 
 
-async def _renew_lease(store: Store, run_id: str, owner: str, lease_seconds: float) -> None:
-    clock = RUNTIME.clock
+async def _renew_lease(
+    store: Store, run_id: str, owner: str, lease_seconds: float, clock: Clock, stop: anyio.Event
+) -> None:
+    """Renew run ``run_id``'s lease every third of it (on ``clock``) until ``stop`` is set, or
+    the lease was lost.
+
+    On the system clock, whose sleep is anyio's, it waits for ``stop`` up to the next
+    renewal, so a run's end stops it by setting ``stop``: cancelling the task cost each run
+    ~0.05 to 0.1 ms (and most runs end long before their first renewal). On another clock (a
+    test's ``FakeClock``) it sleeps on that clock, and the run's end also cancels it.
+    """
     while True:
-        await clock.sleep(lease_seconds / 3)
+        if type(clock) is SystemClock:
+            with anyio.move_on_after(lease_seconds / 3):
+                await stop.wait()
+        else:
+            await clock.sleep(lease_seconds / 3)
+        if stop.is_set():
+            return
         if not await store.renew_lease(run_id, owner=owner, lease_seconds=lease_seconds):
             warn_lease_lost(run_id)
             return
@@ -518,13 +534,18 @@ async def _run_leased(
     if not attempt.renews:
         return await _judged(attempt, entry, args, kwargs, fresh=fresh)
     ending = _Ending()
+    clock, stop = RUNTIME.clock, anyio.Event()
     async with anyio.create_task_group() as renewals:
         store, record = attempt.store, attempt.record
-        renewals.start_soon(_renew_lease, store, record.run_id, attempt.owner, attempt.lease)
+        renewals.start_soon(
+            _renew_lease, store, record.run_id, attempt.owner, attempt.lease, clock, stop
+        )
         try:
             ending = await _judged(attempt, entry, args, kwargs, fresh=fresh)
         finally:
-            renewals.cancel_scope.cancel()
+            stop.set()
+            if type(clock) is not SystemClock:  # it sleeps on that clock: wake it
+                renewals.cancel_scope.cancel()
     return ending
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -480,6 +481,39 @@ async def test_the_holder_renews_its_lease_while_it_runs(
     assert renewed[-1] > renewed[0]  # still leased after more than one lease period
     assert renewed[-1] > fake_clock.time() - 0.05  # renewed within the last period
     assert (await store.get_run("long")).lease_owner is None  # type: ignore[union-attr]
+
+
+async def test_on_the_system_clock_the_holder_renews_and_its_end_stops_the_renewals(
+    make_store: Callable[..., Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The renewals wait on the machine's clock (renewed every third of the lease), and a
+    run's end stops them at once: the run does not wait out a renewal period."""
+    monkeypatch.setattr(run_module, "LEASE_SECONDS", 0.3)
+    store = make_store()
+
+    async def expiry() -> float:
+        record = await store.get_run("renewed")
+        assert record is not None
+        assert record.lease_expires_at is not None
+        return record.lease_expires_at
+
+    async def long() -> str:
+        first = await expiry()
+        with anyio.fail_after(30):
+            while True:  # until a renewal moved the lease on
+                if await expiry() != first:
+                    return "ok"
+                await anyio.sleep(0.01)  # the renewer's progress, not a timer
+
+    result = await agency.run(long, run_id="renewed", store=store)
+    assert result.value == "ok"
+    assert (await store.get_run("renewed")).lease_owner is None  # type: ignore[union-attr]
+
+    monkeypatch.setattr(run_module, "LEASE_SECONDS", 60.0)  # a renewal due in 20 s
+    began = time.monotonic()
+    quick = await agency.run(lambda: "done", run_id="quick", store=store)
+    assert quick.value == "done"
+    assert time.monotonic() - began < 10  # its end stopped the renewals: no 20 s wait
 
 
 def test_two_processes_write_runs_to_one_sqlite_file(
