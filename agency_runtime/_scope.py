@@ -343,7 +343,11 @@ class ResumableScope:
                 journal.claimed.add(path)
             else:
                 recorded(journal, path, called, _where(sys._getframe(1)))
-            adapter = self._adapter(fn, returns)
+            last = self._last_adapter  # _adapter's cache, looked at here (every replayed step)
+            if returns is None and getattr(fn, "__code__", None) is last[0] is not None:
+                adapter = last[1]
+            else:
+                adapter = self._adapter(fn, returns)
             decode = from_json if adapter is None else adapter.validate_json
             frame = _FRAME.get()
             if frame is None:
