@@ -216,7 +216,6 @@ async def test_steps_of_runs_that_go_on_together_are_committed_together(
     async with anyio.create_task_group() as tasks:
         for run_id in runs:
             tasks.start_soon(steps, run_id)
-    print("GROUPS", groups)
     alone = 8 * 5 - sum(len(group) for group in groups)
     # The first commit goes alone at once and the others gather behind it; from then on
     # the runs go on together, and each round of their commits is one statement.
