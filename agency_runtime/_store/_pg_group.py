@@ -74,7 +74,11 @@ class GroupCommit(Generic[T]):
         other task is ready to run, else with the group gathering (for one turn of the
         loop, or until the commit in flight returns). A caller cancelled before it joins a
         group sends nothing."""
-        if self._in_flight is None and self._gathering is None and not _others_ready():
+        if (
+            self._in_flight is None
+            and self._gathering is None
+            and not _has_ready(asyncio.get_running_loop())
+        ):
             group = _Group(item)  # alone, at once (``alone`` refuses a cancelled caller itself)
             await self._send(group)
             return await self._answer(group, 0)
@@ -125,15 +129,10 @@ class GroupCommit(Generic[T]):
         return group.outcome[index]
 
 
-def _others_ready() -> bool:
-    """Whether the running asyncio loop has other callbacks to run before it next polls
-    (tasks woken with the caller, which may commit in this turn)."""
-    return _has_ready(asyncio.get_running_loop())
-
-
 def _has_ready(loop: object) -> bool:
-    """Whether ``loop`` has a callback to run in its next turn that is not cancelled.
-    asyncio's loops keep them in ``_ready``; a loop without one (uvloop) is taken to have
-    some, so its commits always wait their turn."""
+    """Whether ``loop`` has a callback to run in its next turn that is not cancelled (tasks
+    woken with the caller, which may commit in this turn). asyncio's loops keep them in
+    ``_ready``; a loop without one (uvloop) is taken to have some, so its commits always
+    wait their turn."""
     ready = getattr(loop, "_ready", None)
     return ready is None or any(not handle.cancelled() for handle in ready)
