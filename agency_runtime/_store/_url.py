@@ -95,7 +95,9 @@ class StoreRegistry:
         key = _canonical(url)
         with self._lock:
             store = self._opened.get(key)
-            if store is None or (key.startswith("sqlite:") and _file_gone(store)):
+            if store is None or (
+                key.startswith("sqlite:") and cast("SqliteStore", store).file_gone()
+            ):
                 store = self._opened[key] = _create(url, key, self.clock)
             return store
 
@@ -116,11 +118,6 @@ def resolve_store(store: str | Store | None = None) -> Store:
 def open_store(url: str | Store | None = None) -> Store:
     """Open (or return the already open) store named by ``url`` (see :func:`resolve_store`)."""
     return STORES.resolve(url)
-
-
-def _file_gone(store: Store) -> bool:
-    """Whether the file a registry's SQLite ``store`` opened was deleted or replaced."""
-    return cast("SqliteStore", store).file_gone()
 
 
 def _canonical(url: str) -> str:
