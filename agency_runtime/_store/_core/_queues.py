@@ -81,10 +81,15 @@ class QueuesCore(CoreBase):
         t = d.t
         what = f"claim queued runs of {names}"
         if d.folds:
-            params = {"names": d.array(names), "queue": names[0], "skip": d.array(list(exclude)),
-                      "n": limit, "owner": owner, "lease": lease_seconds,
-                      "now": self._now_param(), "session": self._session()}  # fmt: skip
-            sql = self._claim_folded_sql(len(names) == 1, limit)
+            one_queue = len(names) == 1
+            params = {"skip": d.array(list(exclude)), "n": limit, "owner": owner,
+                      "lease": lease_seconds, "now": self._now_param(),
+                      "session": self._session()}  # fmt: skip
+            if one_queue:
+                params["queue"] = names[0]
+            else:
+                params["names"] = d.array(names)
+            sql = self._claim_folded_sql(one_queue, limit)
             folded = await self._run(
                 what, lambda: self._claim_folded(sql, params), check="throttled"
             )
