@@ -9,6 +9,7 @@ The sends here are fakes that wait for the test to release them; the PostgreSQL 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import anyio
 import anyio.lowlevel
@@ -100,16 +101,26 @@ async def test_what_is_ready_in_the_next_turn_of_the_loop() -> None:
     assert _has_ready(object())  # a loop that does not say (uvloop): its commits wait a turn
 
 
+def _caller(
+    group: GroupCommit[str], item: str, scope: anyio.CancelScope, answers: list[bool]
+) -> Callable[[], Awaitable[None]]:
+    """A task that commits ``item`` inside ``scope`` (cancelled by the test) and records its
+    answer in ``answers``."""
+
+    async def commit() -> None:
+        with scope:
+            answers.append(await group.commit(item))
+
+    return commit
+
+
 async def test_a_leader_cancelled_while_it_gathers_still_sends_and_learns_its_answer() -> None:
     server = Server()
     server.gate.set()
     group = GroupCommit(server.alone, server.together)
     answers: list[bool] = []
     caller = anyio.CancelScope()
-
-    async def leader() -> None:
-        with caller:
-            answers.append(await group.commit("a"))
+    leader = _caller(group, "a", caller, answers)
 
     async def canceller() -> None:
         caller.cancel()  # runs in the leader's gathering turn: "a" may be joined by now
@@ -193,11 +204,7 @@ async def test_a_caller_cancelled_while_its_group_waits_still_learns_its_answer(
     group = GroupCommit(server.alone, server.together)
     answers: list[bool] = []
     caller = anyio.CancelScope()
-
-    async def member() -> None:
-        with caller:
-            answers.append(await group.commit("b"))
-
+    member = _caller(group, "b", caller, answers)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(group.commit, "a")
         await anyio.wait_all_tasks_blocked()  # every task waits on the server or its group
